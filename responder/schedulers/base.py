@@ -1,0 +1,102 @@
+"""The ``Scheduler`` protocol: what the decision core may ask of a scheduler, and what comes back.
+
+The core decides *what* should happen; an adapter decides *how*, then verifies the result with a
+fresh observation of the scheduler. Methods are synchronous (adapters shell out or call HTTP APIs
+with their own timeouts); the engine runs them in a worker thread.
+
+Idempotency is part of the contract: a request names the ``attempt`` it was decided for, and an
+adapter that finds the workload already past that attempt (requeued by an earlier, interrupted
+try) reports ``done`` without acting again. This is what lets the engine retry an action after a
+crash without requeueing twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal, Protocol, runtime_checkable
+
+
+class Action(StrEnum):
+    """Actions of CONTRACT §5, plus ``resume_node`` (the operator's undo of ``drain_node``)."""
+
+    REQUEUE = "requeue"
+    REQUEUE_EXCLUDING = "requeue_excluding"
+    STOP = "stop"
+    HOLD = "hold"
+    RELEASE = "release"
+    DRAIN_NODE = "drain_node"
+    RESUME_NODE = "resume_node"
+    NONE = "none"
+
+
+class WorkloadState(StrEnum):
+    """A scheduler's job state, reduced to what the core reasons about."""
+
+    PENDING = "pending"
+    HELD = "held"
+    RUNNING = "running"
+    COMPLETING = "completing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+    def is_terminal(self) -> bool:
+        return self in (WorkloadState.COMPLETED, WorkloadState.FAILED, WorkloadState.CANCELLED)
+
+
+class SchedulerError(RuntimeError):
+    """The scheduler could not be asked or did not answer; the state is unknown, not empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRequest:
+    """One action, decided by the core. Values are validated identities (``trainguard.identity``)."""
+
+    action: Action
+    cluster: str
+    workload: str
+    incident_id: str
+    reason: str
+    attempt: str | None = None
+    exclude_nodes: tuple[str, ...] = ()  # the whole desired exclusion set, not a delta
+    node: str | None = None  # for drain_node / resume_node
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    """What the adapter did and whether a fresh look at the scheduler confirmed it."""
+
+    outcome: Literal["done", "failed", "skipped", "planned"]
+    detail: str
+    verified: bool = False
+    acted_at: datetime | None = None
+    excluded_nodes: tuple[str, ...] = ()  # what was applied, after any pruning
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadObservation:
+    workload: str
+    state: WorkloadState
+    attempt: int | None = None
+    nodes: tuple[str, ...] = ()
+    excluded_nodes: tuple[str, ...] = ()
+    reason: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """How the core reaches a scheduler. Every method may raise ``SchedulerError``."""
+
+    name: str
+
+    def act(self, request: ActionRequest) -> ActionResult:
+        """Carry out ``request`` idempotently and verify it; see the module docstring."""
+        ...
+
+    def observe(self, cluster: str, workload: str) -> WorkloadObservation:
+        """A fresh look at one workload; ``WorkloadState.UNKNOWN`` when the scheduler cannot tell."""
+        ...

@@ -1,0 +1,36 @@
+"""A scheduler that records what it is asked and touches nothing.
+
+Monitor mode routes every planned action here, so a dry run truly writes nothing to a scheduler;
+tests use it to assert exactly which actions the core asked for.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from responder.schedulers.base import ActionRequest, ActionResult, WorkloadObservation, WorkloadState
+
+
+class RecordingScheduler:
+    name = "recording"
+
+    def __init__(
+        self, outcome: str = "planned", now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    ) -> None:
+        self._outcome = outcome
+        self._now = now
+        self._lock = threading.Lock()
+        self.requests: list[ActionRequest] = []
+
+    def act(self, request: ActionRequest) -> ActionResult:
+        with self._lock:
+            self.requests.append(request)
+        if self._outcome == "done":
+            return ActionResult("done", "recorded (test scheduler)", True, self._now(), request.exclude_nodes)
+        return ActionResult("planned", "monitor mode: recorded, scheduler untouched", False, None,
+                            request.exclude_nodes)
+
+    def observe(self, cluster: str, workload: str) -> WorkloadObservation:
+        return WorkloadObservation(workload=workload, state=WorkloadState.UNKNOWN, reason="recording scheduler")
