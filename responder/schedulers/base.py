@@ -84,6 +84,7 @@ class WorkloadObservation:
     nodes: tuple[str, ...] = ()
     excluded_nodes: tuple[str, ...] = ()
     reason: str = ""
+    opted_in: bool | None = None  # the workload asked to be acted on; None: the scheduler cannot say
     extra: dict[str, str] = field(default_factory=dict)
 
 
