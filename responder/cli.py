@@ -1,10 +1,212 @@
-"""Subcommands of the responder: serve, decisions, mode (filled in below as they land)."""
+"""Subcommands of the responder: ``serve``, ``decisions`` and ``mode``."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
 from typing import Any
+
+import httpx
+
+from responder.errors import ConfigError
+
+DEFAULT_URL = "http://127.0.0.1:9480"
+
+SERVE_HELP = """\
+Run the responder: Alertmanager posts notifications to POST /v1/alerts; the responder groups them into
+one incident per workload attempt, attributes the fault, decides, and writes an audit record.
+
+Every cluster starts in monitor mode: decisions are recorded and nothing touches a scheduler until an
+operator runs `trainguard mode CLUSTER act`. Works without a config file:
+
+  trainguard serve --db /var/lib/trainguard/trainguard.db
+
+Secrets come from the environment or files, never flags: TRAINGUARD_WEBHOOK_TOKEN (or webhook_token_file
+in the config) for Alertmanager, TRAINGUARD_OPERATOR_TOKEN for mode changes and reviews. Any setting can
+be overridden by TRAINGUARD_<KEY> (nested keys with __, e.g. TRAINGUARD_BREAKER__MAX_ACTIONS=10).
+See docs/configuration.md.
+"""
 
 
 def register(sub: Any) -> None:
     """Add the responder's subcommands to the ``trainguard`` parser."""
-    del sub
+    serve = sub.add_parser(
+        "serve", help="run the responder (webhook receiver and decision engine)", description=SERVE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    serve.add_argument("--config", type=Path, help="YAML configuration file (optional)")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 9480)")
+    serve.add_argument("--db", type=Path, help="SQLite audit store path (default ./trainguard.db)")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="default info")
+    serve.set_defaults(handler=_serve)
+
+    decisions = sub.add_parser(
+        "decisions",
+        help="query the audit trail",
+        description="List audit records (newest first) from a running responder, or straight from its store.",
+    )
+    source = decisions.add_mutually_exclusive_group()
+    source.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
+    source.add_argument("--db", type=Path, help="read the SQLite store directly instead (read-only use)")
+    decisions.add_argument("--cluster")
+    decisions.add_argument("--workload")
+    decisions.add_argument("--action", help="requeue, requeue_excluding, stop, drain_node, none, ...")
+    decisions.add_argument("--mode", choices=["monitor", "act"])
+    decisions.add_argument("--since", help="RFC 3339 time, e.g. 2026-11-29T00:00:00Z")
+    decisions.add_argument("--limit", type=int, default=20, help="default 20")
+    decisions.add_argument("--id", help="show one record in full, with its evidence")
+    decisions.add_argument("--json", action="store_true", help="one JSON object per line")
+    decisions.set_defaults(handler=_decisions)
+
+    mode = sub.add_parser(
+        "mode",
+        help="show or switch a cluster between monitor and act",
+        description=(
+            "Show a cluster's mode, or switch it. In monitor mode (the default) decisions are only recorded; in "
+            "act mode they are carried out through the scheduler. Needs the operator token "
+            "(TRAINGUARD_OPERATOR_TOKEN) unless the responder has none configured and you call it from loopback."
+        ),
+    )
+    mode.add_argument("cluster", help="cluster name, as in the alerts' cluster label")
+    mode.add_argument("mode", nargs="?", choices=["monitor", "act"], help="new mode; omit to show the current one")
+    mode.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
+    mode.set_defaults(handler=_mode)
+
+    # The watchdog subcommand is wired here once responder/watchdog.py lands (issue 5).
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn  # noqa: PLC0415 - only the server needs it
+
+    from responder.app import create_app  # noqa: PLC0415
+    from responder.clock import SystemClock  # noqa: PLC0415
+    from responder.schedulers.router import build_schedulers  # noqa: PLC0415
+    from responder.settings import load_settings  # noqa: PLC0415
+    from responder.store import SqliteStore  # noqa: PLC0415
+
+    try:
+        settings = load_settings(args.config, host=args.host, port=args.port, db_path=args.db, log_level=args.log_level)
+        settings.webhook_secret()
+        settings.operator_secret()
+        scheduler = build_schedulers(settings)
+    except (ConfigError, ValueError) as exc:
+        print(f"trainguard serve: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    log = logging.getLogger("trainguard")
+    store = SqliteStore(settings.db_path)
+    app = create_app(settings, store, scheduler, SystemClock())
+    modes = {name: app.state.engine.mode(name) for name in settings.clusters}
+    log.info(
+        "trainguard responder on http://%s:%d, store %s, default mode %s, clusters %s, webhook token %s",
+        settings.host, settings.port, settings.db_path, settings.default_mode, modes or "(none configured)",
+        "required" if settings.webhook_secret() else "NOT configured",
+    )  # fmt: skip
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    store.close()
+    return 0
+
+
+def _base_url(args: argparse.Namespace) -> str:
+    return str(args.url or os.environ.get("TRAINGUARD_URL") or DEFAULT_URL).rstrip("/")
+
+
+def _operator_headers() -> dict[str, str]:
+    token = os.environ.get("TRAINGUARD_OPERATOR_TOKEN")
+    path = os.environ.get("TRAINGUARD_OPERATOR_TOKEN_FILE")
+    if not token and path:
+        token = Path(path).read_text().strip()
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _decisions(args: argparse.Namespace) -> int:
+    if args.db is not None:
+        return _decisions_from_store(args)
+    url = _base_url(args)
+    try:
+        with httpx.Client(base_url=url, timeout=10) as client:
+            if args.id:
+                response = client.get(f"/v1/decisions/{args.id}")
+            else:
+                params = {k: v for k in ("cluster", "workload", "action", "mode", "since") if (v := getattr(args, k))}
+                params["limit"] = str(args.limit)
+                response = client.get("/v1/decisions", params=params)
+    except httpx.HTTPError as exc:
+        print(f"trainguard decisions: cannot reach {url}: {exc}", file=sys.stderr)
+        return 1
+    if response.status_code != 200:
+        print(f"trainguard decisions: {response.status_code} {response.text}", file=sys.stderr)
+        return 1 if response.status_code >= 500 else 2
+    body = response.json()
+    if args.id:
+        print(json.dumps(body, indent=2))
+        return 0
+    _print_records(body["decisions"], args.json)
+    return 0
+
+
+def _decisions_from_store(args: argparse.Namespace) -> int:
+    from responder.clock import parse_rfc3339  # noqa: PLC0415
+    from responder.store import RecordQuery, SqliteStore  # noqa: PLC0415
+
+    if not args.db.exists():
+        print(f"trainguard decisions: no store at {args.db}", file=sys.stderr)
+        return 2
+    store = SqliteStore(args.db)
+    try:
+        if args.id:
+            record = store.record(args.id)
+            if record is None:
+                print(f"trainguard decisions: no decision {args.id!r}", file=sys.stderr)
+                return 1
+            print(json.dumps(record.to_json(), indent=2))
+            return 0
+        since = parse_rfc3339(args.since) if args.since else None
+        query = RecordQuery(args.cluster, args.workload, args.action, args.mode, since=since, limit=args.limit)
+        _print_records([r.to_json() for r in store.records(query)], args.json)
+    finally:
+        store.close()
+    return 0
+
+
+def _print_records(records: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        for record in records:
+            print(json.dumps(record, sort_keys=True))
+        return
+    if not records:
+        print("no decisions")
+        return
+    for r in records:
+        nodes = f" excluding {','.join(r['excluded_nodes'])}" if r["excluded_nodes"] else ""
+        print(
+            f"{r['time']}  {r['id']}  {r['cluster']}/{r['workload']} attempt {r['attempt'] or '?'}  "
+            f"{r['action']}{nodes}  [{r['mode']}, {r['outcome']}]\n    {r['reason']}"
+        )
+
+
+def _mode(args: argparse.Namespace) -> int:
+    url = _base_url(args)
+    path = f"/v1/clusters/{args.cluster}/mode"
+    try:
+        with httpx.Client(base_url=url, timeout=10) as client:
+            if args.mode is None:
+                response = client.get(path)
+            else:
+                response = client.put(path, json={"mode": args.mode}, headers=_operator_headers())
+    except httpx.HTTPError as exc:
+        print(f"trainguard mode: cannot reach {url}: {exc}", file=sys.stderr)
+        return 1
+    if response.status_code != 200:
+        print(f"trainguard mode: {response.status_code} {response.text}", file=sys.stderr)
+        return 1 if response.status_code >= 500 else 2
+    body = response.json()
+    print(f"{body['cluster']}: {body['mode']}")
+    return 0

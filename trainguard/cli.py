@@ -10,6 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from exporters import cli as exporter_cli
+from responder import cli as responder_cli
 from trainguard import __version__
 
 DESCRIPTION = """\
@@ -28,9 +30,6 @@ Every subcommand has --help.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from exporters import cli as exporter_cli
-    from responder import cli as responder_cli
-
     parser = argparse.ArgumentParser(
         prog="trainguard", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -55,8 +55,11 @@ def is_slurm_job_id(value: str) -> bool:
 
 def is_k8s_workload(value: str) -> bool:
     namespace, sep, name = value.partition("/")
-    return bool(sep) and bool(_K8S_LABEL.fullmatch(namespace)) and len(name) <= 253 and bool(
-        _K8S_SUBDOMAIN.fullmatch(name)
+    return (
+        bool(sep)
+        and bool(_K8S_LABEL.fullmatch(namespace))
+        and len(name) <= 253
+        and bool(_K8S_SUBDOMAIN.fullmatch(name))
     )
 
 

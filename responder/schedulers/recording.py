@@ -16,9 +16,7 @@ from responder.schedulers.base import ActionRequest, ActionResult, WorkloadObser
 class RecordingScheduler:
     name = "recording"
 
-    def __init__(
-        self, outcome: str = "planned", now: Callable[[], datetime] = lambda: datetime.now(UTC)
-    ) -> None:
+    def __init__(self, outcome: str = "planned", now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self._outcome = outcome
         self._now = now
         self._lock = threading.Lock()
@@ -29,8 +27,9 @@ class RecordingScheduler:
             self.requests.append(request)
         if self._outcome == "done":
             return ActionResult("done", "recorded (test scheduler)", True, self._now(), request.exclude_nodes)
-        return ActionResult("planned", "monitor mode: recorded, scheduler untouched", False, None,
-                            request.exclude_nodes)
+        return ActionResult(
+            "planned", "monitor mode: recorded, scheduler untouched", False, None, request.exclude_nodes
+        )
 
     def observe(self, cluster: str, workload: str) -> WorkloadObservation:
         return WorkloadObservation(workload=workload, state=WorkloadState.UNKNOWN, reason="recording scheduler")

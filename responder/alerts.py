@@ -1,0 +1,137 @@
+"""The Alertmanager webhook payload (version 4), validated at the edge, and each alert's disposition.
+
+Structure is checked strictly (a body that is not a v4 notification is refused with 400). Label
+*values* are checked per alert: one alert with hostile identity values is kept and audited as
+rejected, while its siblings in the same notification proceed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from responder.clock import parse_rfc3339
+from trainguard.identity import IdentityError, WorkloadIdentity, identity_from_labels
+
+# Bounds keep one notification from exhausting memory through a single field.
+_MAX_LABELS = 64
+_MAX_VALUE = 4096
+_FINGERPRINT = re.compile(r"[0-9a-fA-F]{1,64}")
+_ALERTNAME = re.compile(r"[A-Za-z_][A-Za-z0-9_:.-]{0,127}")
+_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+CATEGORIES = frozenset(
+    {
+        "infra_gpu",
+        "infra_network",
+        "infra_node",
+        "collective_timeout",
+        "app_error",
+        "hang",
+        "straggler",
+        "crash",
+        "node_lost",
+        "no_progress",
+    }
+)
+SEVERITIES = frozenset({"critical", "warning", "info"})
+
+
+def _bounded(mapping: dict[str, str], what: str) -> dict[str, str]:
+    if len(mapping) > _MAX_LABELS:
+        raise ValueError(f"{what}: more than {_MAX_LABELS} entries")
+    for key, value in mapping.items():
+        if len(key) > 256 or len(value) > _MAX_VALUE:
+            raise ValueError(f"{what}: {key[:40]!r} is longer than allowed")
+    return mapping
+
+
+class Alert(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    status: Literal["firing", "resolved"]
+    labels: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+    startsAt: str  # noqa: N815 - Alertmanager's field name
+    endsAt: str | None = None  # noqa: N815
+    generatorURL: str = ""  # noqa: N815
+    fingerprint: str
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        return _bounded(value, "labels")
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, value: dict[str, str]) -> dict[str, str]:
+        return _bounded(value, "annotations")
+
+    @field_validator("startsAt")
+    @classmethod
+    def _starts_at(cls, value: str) -> str:
+        parse_rfc3339(value)
+        return value
+
+    @field_validator("fingerprint")
+    @classmethod
+    def _fingerprint(cls, value: str) -> str:
+        if not _FINGERPRINT.fullmatch(value):
+            raise ValueError("fingerprint must be hexadecimal")
+        return value
+
+
+class Notification(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    version: Literal["4"]
+    groupKey: str = Field(max_length=8192)  # noqa: N815
+    status: Literal["firing", "resolved"]
+    receiver: str = Field("", max_length=512)
+    truncatedAlerts: int = Field(0, ge=0)  # noqa: N815
+    groupLabels: dict[str, str] = Field(default_factory=dict)  # noqa: N815
+    commonLabels: dict[str, str] = Field(default_factory=dict)  # noqa: N815
+    externalURL: str = Field("", max_length=2048)  # noqa: N815
+    alerts: list[Alert]
+
+
+Disposition = Literal["evidence", "resolved", "ignored", "rejected"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifiedAlert:
+    """One alert with what the responder will do with it, decided once at ingest."""
+
+    alert: Alert
+    starts_at: float
+    disposition: Disposition
+    identity: WorkloadIdentity | None = None
+    reason: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.alert.fingerprint, self.alert.startsAt, self.alert.status)
+
+
+def classify(alert: Alert) -> ClassifiedAlert:
+    """Evidence about a workload, a resolution, another team's alert (ignored), or rejected."""
+    starts_at = parse_rfc3339(alert.startsAt)
+    labels = alert.labels
+    if "cluster" not in labels or "workload" not in labels:
+        return ClassifiedAlert(alert, starts_at, "ignored", reason="no cluster/workload labels")
+    try:
+        identity = identity_from_labels(labels)
+    except IdentityError as exc:
+        return ClassifiedAlert(alert, starts_at, "rejected", reason=str(exc))
+    name = labels.get("alertname", "")
+    if not _ALERTNAME.fullmatch(name):
+        return ClassifiedAlert(alert, starts_at, "rejected", identity, f"alertname {name[:80]!r} is not valid")
+    pattern = labels.get("pattern")
+    if pattern is not None and not _PATTERN.fullmatch(pattern):
+        return ClassifiedAlert(alert, starts_at, "rejected", identity, f"pattern {pattern[:80]!r} is not valid")
+    if alert.status == "resolved":
+        return ClassifiedAlert(alert, starts_at, "resolved", identity)
+    return ClassifiedAlert(alert, starts_at, "evidence", identity)

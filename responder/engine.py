@@ -1,0 +1,337 @@
+"""The engine: runs the stages for each incident whose correlation window has closed, and acts.
+
+Order of work, and why it is crash-safe:
+
+1. ``ingest`` commits the notification's alerts (and opens incidents) before the webhook answers.
+2. ``decide_due`` attributes and plans each due incident, then writes its audit records and closes
+   the incident in one transaction. A crash before the commit leaves the incident open, so it is
+   decided at the next start; after the commit it is never decided again.
+3. In act mode records are written ``pending`` first, then the scheduler is called, then the
+   outcome is written. A crash between the two leaves a ``pending`` record that ``resume_pending``
+   retries at the next start; adapters are idempotent per attempt, so nothing is done twice.
+
+Monitor mode writes the planned action to the audit trail and calls no scheduler at all: a dry run
+that truly writes nothing to the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+from anyio import to_thread
+
+from responder import breaker, isolation
+from responder.alerts import ClassifiedAlert, Notification, classify
+from responder.attribution import Verdict, attribute
+from responder.clock import Clock
+from responder.enrichment import Enricher, NoEnrichment
+from responder.metrics import ResponderMetrics
+from responder.policy import plan
+from responder.records import AuditRecord, new_id
+from responder.schedulers.base import Action, ActionRequest, Scheduler, SchedulerError
+from responder.settings import Settings
+from responder.store import AuditStore, Incident, IngestResult, StoredAlert
+
+log = logging.getLogger(__name__)
+
+MAX_CONCURRENT_ACTIONS = 8
+RETRY_DECISION_S = 5.0
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        store: AuditStore,
+        scheduler: Scheduler,
+        clock: Clock,
+        metrics: ResponderMetrics,
+        enricher: Enricher | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.scheduler = scheduler
+        self.clock = clock
+        self.metrics = metrics
+        self.enricher = enricher or NoEnrichment()
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._actions: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
+
+    # -- modes ----------------------------------------------------------------------------------
+
+    def mode(self, cluster: str) -> str:
+        return self.store.get_mode(cluster) or self.settings.cluster(cluster).mode
+
+    def set_mode(self, cluster: str, mode: str, changed_by: str) -> None:
+        self.store.set_mode(cluster, mode, self.clock.now(), changed_by)
+        self.metrics.mode.labels(cluster).set(1 if mode == "act" else 0)
+        log.warning("cluster %s switched to %s mode by %s", cluster, mode, changed_by)
+
+    # -- ingest ---------------------------------------------------------------------------------
+
+    def ingest(self, notification: Notification) -> IngestResult:
+        """Classify and durably store one notification. Raises on storage failure (-> 5xx)."""
+        now = self.clock.now()
+        classified = [classify(alert) for alert in notification.alerts]
+        result = self.store.ingest(notification, classified, now, self.settings.correlation_window_s, self._refusal)
+        m = self.metrics
+        m.alerts.labels("new").inc(result.evidence)
+        m.alerts.labels("duplicate").inc(result.duplicates)
+        m.alerts.labels("rejected").inc(result.rejected)
+        m.alerts.labels("ignored").inc(result.ignored)
+        m.alerts.labels("resolved").inc(result.resolved)
+        for item in classified:
+            if item.disposition == "evidence":
+                m.detection_latency.observe(max(0.0, now - item.starts_at))
+        for record in result.refusals:
+            m.decisions.labels(record.cluster[:64], record.action, record.mode, record.outcome).inc()
+            log.warning("refused alert: %s", record.reason)
+        for incident_id in result.opened_incidents:
+            incident = self.store.incident(incident_id)
+            if incident is not None:
+                m.incidents.labels(incident.cluster).inc()
+        return result
+
+    def _refusal(self, item: ClassifiedAlert, now: float) -> AuditRecord:
+        labels = item.alert.labels
+        cluster = item.identity.cluster if item.identity else labels.get("cluster", "")[:256]
+        return AuditRecord(
+            id=new_id("ref"),
+            kind="refusal",
+            time=now,
+            cluster=cluster,
+            workload=labels.get("workload", "")[:256],
+            scheduler=labels.get("scheduler"),
+            attempt=labels.get("attempt"),
+            incident_id=None,
+            patterns=[labels.get("pattern") or labels.get("alertname", "")],
+            evidence=[{"fingerprint": item.alert.fingerprint, "labels": labels, "startsAt": item.alert.startsAt}],
+            failure_class="unknown",
+            implicated_nodes=[],
+            action="none",
+            excluded_nodes=[],
+            mode="act" if item.identity and self.mode(cluster) == "act" else "monitor",
+            outcome="skipped",
+            reason=f"alert rejected, nothing will act on it: {item.reason}",
+            detected_at=item.starts_at,
+            received_at=now,
+            decided_at=now,
+        )
+
+    # -- decide ---------------------------------------------------------------------------------
+
+    def decide_due(self) -> list[AuditRecord]:
+        """Decide every incident whose window has closed; returns the records written."""
+        written: list[AuditRecord] = []
+        for incident in self.store.due_incidents(self.clock.now()):
+            try:
+                written.extend(self.decide(incident))
+            except Exception:
+                log.exception("deciding incident %s failed; retrying in %gs", incident.id, RETRY_DECISION_S)
+                self.store.postpone(incident.id, self.clock.now() + RETRY_DECISION_S)
+        self.metrics.open_incidents.set(self.store.counts()["open_incidents"])
+        return written
+
+    def decide(self, incident: Incident) -> list[AuditRecord]:
+        alerts = self.store.incident_alerts(incident.id)
+        context = self.enricher.context(incident, alerts)
+        verdict = attribute(alerts, context)
+        now = self.clock.now()
+        cluster_settings = self.settings.cluster(incident.cluster)
+        mode = self.mode(incident.cluster)
+        carried = self.store.workload_nodes(incident.cluster, incident.workload)
+        severities = {a.labels.get("severity", "") for a in alerts}
+        chosen = plan(verdict, incident.attempt or None, cluster_settings.policy, carried, severities - {""})
+        base = _Base(incident, alerts, verdict, mode, now)
+
+        records = []
+        new_nodes = frozenset(chosen.excluded_nodes) - carried
+        safety = breaker.check(
+            self.store, incident.cluster, mode, now, self.settings.breaker, cluster_settings.nodes, new_nodes,
+            counts_action=chosen.action != Action.NONE,
+        )  # fmt: skip
+        records.append(base.record(chosen.action, chosen.reason, chosen.excluded_nodes, safety))
+        if verdict.implicated and safety.allowed:
+            for candidate in isolation.drain_candidates(
+                self.store, incident.cluster, incident.workload, verdict.implicated, now, self.settings.ledger
+            ):
+                drain_safety = breaker.check(
+                    self.store, incident.cluster, mode, now, self.settings.breaker, cluster_settings.nodes,
+                    frozenset({candidate.node}), counts_action=True,
+                )  # fmt: skip
+                reason = (
+                    f"{candidate.node} was implicated by {len(candidate.workloads)} workloads "
+                    f"({', '.join(candidate.workloads)}) within {self.settings.ledger.drain_window_s / 3600:g}h"
+                )
+                records.append(base.record(Action.DRAIN_NODE, reason, (), drain_safety, node=candidate.node))
+        implicated = {h: verdict.scores[h] for h in verdict.implicated}
+        if not self.store.decide(incident, records, implicated, now):
+            return []
+        self.metrics.breaker_open.labels(incident.cluster).set(1 if safety.tripped else 0)
+        for record in records:
+            self.metrics.decisions.labels(record.cluster, record.action, record.mode, record.outcome).inc()
+            if record.received_at is not None:
+                self.metrics.decision_latency.observe(max(0.0, record.decided_at - record.received_at))
+            log.info(
+                "decision %s: %s %s/%s attempt %s -> %s (%s): %s",
+                record.id, record.mode, record.cluster, record.workload, record.attempt, record.action,
+                record.outcome, record.reason,
+            )  # fmt: skip
+        return records
+
+    # -- act ------------------------------------------------------------------------------------
+
+    def act(self, record: AuditRecord) -> AuditRecord:
+        """Carry out one ``pending`` record through the scheduler and write its outcome."""
+        request = ActionRequest(
+            action=Action(record.action),
+            cluster=record.cluster,
+            workload=record.workload,
+            incident_id=record.incident_id or record.id,
+            reason=record.reason,
+            attempt=record.attempt,
+            exclude_nodes=tuple(record.excluded_nodes),
+            node=record.node,
+        )
+        try:
+            if record.action != Action.DRAIN_NODE:
+                seen = self.scheduler.observe(record.cluster, record.workload)
+                if seen.opted_in is False:
+                    record.outcome = "skipped"
+                    record.detail = "the workload has not opted in to trainguard actions; observed only"
+                    self._finish(record)
+                    return record
+            result = self.scheduler.act(request)
+        except SchedulerError as exc:
+            record.outcome, record.detail = "failed", f"scheduler: {exc}"
+        else:
+            record.outcome = "done" if result.outcome == "planned" else result.outcome
+            record.detail = result.detail
+            record.verified = result.verified
+            record.acted_at = _ts(result.acted_at) or self.clock.now()
+            if result.excluded_nodes or record.action == Action.REQUEUE_EXCLUDING:
+                record.excluded_nodes = list(result.excluded_nodes)
+        self._finish(record)
+        return record
+
+    def _finish(self, record: AuditRecord) -> None:
+        self.store.update_outcome(record)
+        self.metrics.decisions.labels(record.cluster, record.action, record.mode, record.outcome).inc()
+        if record.acted_at is not None:
+            self.metrics.action_latency.observe(max(0.0, record.acted_at - record.decided_at))
+        log.info("action %s %s/%s: %s (%s)", record.action, record.cluster, record.workload, record.outcome,
+                 record.detail)  # fmt: skip
+
+    def resume_pending(self) -> list[AuditRecord]:
+        """After a restart: finish actions that were started but not recorded as finished."""
+        return [self.act(record) for record in self.store.pending_records()]
+
+    # -- background loop ------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Tell the loop that incidents were opened (thread-safe)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def run(self) -> None:
+        """Decide incidents as their windows close, until cancelled."""
+        self._loop = asyncio.get_running_loop()
+        for record in await to_thread.run_sync(self.store.pending_records):
+            self._spawn(record)
+        while True:
+            deadline = await to_thread.run_sync(self.store.next_deadline)
+            delay = 1.0 if deadline is None else min(1.0, deadline - self.clock.now())
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                self._wake.clear()
+                continue
+            for record in await to_thread.run_sync(self.decide_due):
+                if record.outcome == "pending":
+                    self._spawn(record)
+
+    def _spawn(self, record: AuditRecord) -> None:
+        task = asyncio.create_task(self._act_async(record))
+        self._actions.add(task)
+        task.add_done_callback(self._actions.discard)
+
+    async def _act_async(self, record: AuditRecord) -> None:
+        async with self._slots:
+            try:
+                await to_thread.run_sync(self.act, record)
+            except Exception:
+                log.exception("action for %s failed unexpectedly; it stays pending", record.id)
+
+    async def drain(self) -> None:
+        """Wait for in-flight actions (used at shutdown and by tests)."""
+        if self._actions:
+            await asyncio.gather(*self._actions, return_exceptions=True)
+
+
+class _Base:
+    """Builds the records of one incident from the parts they share."""
+
+    def __init__(
+        self, incident: Incident, alerts: Sequence[StoredAlert], verdict: Verdict, mode: str, now: float
+    ) -> None:
+        self.incident = incident
+        self.alerts = alerts
+        self.verdict = verdict
+        self.mode = mode
+        self.now = now
+
+    def record(
+        self,
+        action: Action,
+        reason: str,
+        excluded: tuple[str, ...],
+        safety: breaker.BreakerCheck,
+        node: str | None = None,
+    ) -> AuditRecord:
+        inc, verdict = self.incident, self.verdict
+        if action == Action.NONE:
+            outcome = "skipped"
+        elif not safety.allowed:
+            outcome, reason = "skipped", f"{safety.reason} (wanted: {action.value}, because {reason})"
+        else:
+            outcome = "pending" if self.mode == "act" else "planned"
+        return AuditRecord(
+            id=new_id("dec"),
+            kind="decision",
+            time=self.now,
+            cluster=inc.cluster,
+            workload=inc.workload,
+            scheduler=inc.scheduler,
+            attempt=inc.attempt or None,
+            incident_id=inc.id,
+            patterns=list(verdict.patterns),
+            evidence=[a.evidence() for a in self.alerts[:200]],
+            failure_class=verdict.failure_class,
+            implicated_nodes=[node] if node else list(verdict.implicated),
+            action=action.value,
+            excluded_nodes=list(excluded),
+            mode="act" if self.mode == "act" else "monitor",
+            outcome=outcome,  # type: ignore[arg-type]
+            reason=reason,
+            detected_at=min((a.starts_at_ts for a in self.alerts), default=None),
+            received_at=min((a.received_at for a in self.alerts), default=None),
+            decided_at=self.now,
+            node=node,
+            attribution={
+                "summary": verdict.summary,
+                "scores": verdict.scores,
+                "explanation": list(verdict.explanation),
+                "alerts": len(self.alerts),
+            },
+            safety={"breaker": safety.reason or "ok", "allowed": safety.allowed},
+        )
+
+
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None

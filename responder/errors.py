@@ -1,0 +1,48 @@
+"""The few exceptions the responder raises on purpose; mapped to HTTP status only in ``app``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ResponderError(Exception):
+    status_code = 500
+    error = "internal error"
+
+    def __init__(self, detail: Any = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class BadRequest(ResponderError):
+    status_code = 400
+    error = "bad request"
+
+
+class Unauthorized(ResponderError):
+    status_code = 401
+    error = "unauthorized"
+
+
+class Forbidden(ResponderError):
+    status_code = 403
+    error = "forbidden"
+
+
+class NotFound(ResponderError):
+    status_code = 404
+    error = "not found"
+
+
+class PayloadTooLarge(ResponderError):
+    status_code = 413
+    error = "payload too large"
+
+
+class StoreUnavailable(ResponderError):
+    status_code = 503
+    error = "could not store the notification; Alertmanager will retry"
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the key and the value."""

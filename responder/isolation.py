@@ -1,0 +1,42 @@
+"""The isolation ledger: nodes implicated across a workload's attempts and across workloads.
+
+A node blamed once may be unlucky; a node blamed by different workloads is likely bad. The ledger
+keeps every implication (in the store), computes a reputation that fades with a half-life, and
+recommends draining a node once enough distinct workloads implicated it within a window.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from responder.settings import LedgerSettings
+from responder.store import AuditStore
+
+
+@dataclass(frozen=True, slots=True)
+class DrainCandidate:
+    node: str
+    workloads: tuple[str, ...]
+
+
+def reputation(store: AuditStore, cluster: str, now: float, ledger: LedgerSettings) -> dict[str, float]:
+    """Sum of implication weights per node, each halved every ``reputation_half_life_s``."""
+    horizon = now - 10 * ledger.reputation_half_life_s
+    scores: dict[str, float] = defaultdict(float)
+    for node, when, weight in store.implications_since(cluster, horizon):
+        scores[node] += weight * 0.5 ** (max(0.0, now - when) / ledger.reputation_half_life_s)
+    return dict(scores)
+
+
+def drain_candidates(
+    store: AuditStore, cluster: str, workload: str, implicated: tuple[str, ...], now: float, ledger: LedgerSettings
+) -> list[DrainCandidate]:
+    """Implicated nodes that enough distinct workloads blamed within the window (this one included)."""
+    since = now - ledger.drain_window_s
+    out = []
+    for node in implicated:
+        workloads = store.node_workloads_since(cluster, node, since) | {workload}
+        if len(workloads) >= ledger.drain_after_workloads and not store.drain_recorded_since(cluster, node, since):
+            out.append(DrainCandidate(node, tuple(sorted(workloads))))
+    return out

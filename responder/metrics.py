@@ -1,0 +1,73 @@
+"""The responder's own Prometheus metrics, on a registry passed in (never the global one)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 5, 10, 20, 30, 60, 120, 300)
+
+
+class ResponderMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.notifications = Counter(
+            "trainguard_responder_notifications_total",
+            "Alertmanager notifications by result (stored, invalid, too_large, unauthorized, store_error)",
+            ["result"],
+            registry=registry,
+        )
+        self.alerts = Counter(
+            "trainguard_responder_alerts_received_total",
+            "Alerts received, by outcome: new evidence, duplicate, rejected (bad labels), ignored, resolved",
+            ["outcome"],
+            registry=registry,
+        )
+        self.incidents = Counter(
+            "trainguard_responder_incidents_total", "Incidents opened", ["cluster"], registry=registry
+        )
+        self.decisions = Counter(
+            "trainguard_responder_decisions_total",
+            "Audit records written, by action, mode and outcome",
+            ["cluster", "action", "mode", "outcome"],
+            registry=registry,
+        )
+        self.breaker_open = Gauge(
+            "trainguard_responder_breaker_open",
+            "1 while a cluster's circuit breaker is open after correlated failures",
+            ["cluster"],
+            registry=registry,
+        )
+        self.mode = Gauge(
+            "trainguard_responder_mode_act", "1 if the cluster is in act mode, 0 in monitor mode", ["cluster"],
+            registry=registry,
+        )  # fmt: skip
+        self.detection_latency = Histogram(
+            "trainguard_responder_detection_latency_seconds",
+            "Alert startsAt to notification received",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.decision_latency = Histogram(
+            "trainguard_responder_decision_latency_seconds",
+            "First alert of an incident received to decision recorded (includes the correlation window)",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.action_latency = Histogram(
+            "trainguard_responder_action_latency_seconds",
+            "Decision recorded to scheduler action verified",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.open_incidents = Gauge(
+            "trainguard_responder_open_incidents", "Incidents waiting for their correlation window", registry=registry
+        )
+        self.review_precision = Gauge(
+            "trainguard_responder_review_precision",
+            "Share of reviewed decisions judged correct, per detection pattern",
+            ["pattern"],
+            registry=registry,
+        )
+        self.reviewed = Gauge(
+            "trainguard_responder_reviewed_decisions", "Reviewed decisions per pattern", ["pattern"], registry=registry
+        )

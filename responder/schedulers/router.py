@@ -1,0 +1,51 @@
+"""Per-cluster scheduler adapters behind one ``Scheduler``: the engine never picks an adapter itself.
+
+A cluster without a configured scheduler cannot be acted on: in act mode its actions fail with a
+clear reason (and are audited), they are never silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from responder.schedulers.base import ActionRequest, ActionResult, Scheduler, SchedulerError, WorkloadObservation
+from responder.schedulers.recording import RecordingScheduler
+from responder.settings import Settings
+
+
+class ClusterSchedulers:
+    name = "clusters"
+
+    def __init__(self, adapters: Mapping[str, Scheduler]) -> None:
+        self.adapters = dict(adapters)
+
+    def _for(self, cluster: str) -> Scheduler:
+        adapter = self.adapters.get(cluster)
+        if adapter is None:
+            raise SchedulerError(f"no scheduler configured for cluster {cluster!r} (set clusters.{cluster}.scheduler)")
+        return adapter
+
+    def act(self, request: ActionRequest) -> ActionResult:
+        return self._for(request.cluster).act(request)
+
+    def observe(self, cluster: str, workload: str) -> WorkloadObservation:
+        return self._for(cluster).observe(cluster, workload)
+
+
+def build_schedulers(settings: Settings) -> ClusterSchedulers:
+    """Adapters from ``clusters.<name>.scheduler`` ({kind: slurm|recording, ...})."""
+    adapters: dict[str, Scheduler] = {}
+    for name, cluster in settings.clusters.items():
+        if cluster.scheduler is None:
+            continue
+        config = dict(cluster.scheduler)
+        kind = config.pop("kind", None)
+        if kind == "recording":
+            adapters[name] = RecordingScheduler(outcome="done")
+        elif kind == "slurm":
+            from responder.schedulers.slurm import SlurmScheduler, SlurmSettings  # noqa: PLC0415 - optional adapter
+
+            adapters[name] = SlurmScheduler(SlurmSettings(**config))
+        else:
+            raise ValueError(f"clusters.{name}.scheduler.kind: {kind!r} is not one of: slurm, recording")
+    return ClusterSchedulers(adapters)

@@ -1,0 +1,185 @@
+"""Typed settings, loaded once at start: a YAML file, overridden by ``TRAINGUARD_*`` variables.
+
+Precedence, highest first: command-line flags (host, port, db), environment variables
+(``TRAINGUARD_PORT``, nested with ``__`` as in ``TRAINGUARD_BREAKER__MAX_ACTIONS``), the YAML file,
+the defaults below. Secrets (the webhook and operator tokens) come from the environment or from a
+file, never from the command line. An invalid value stops the start with a message that names the
+key and the value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from responder.errors import ConfigError
+from responder.schedulers.base import Action
+from trainguard.identity import IdentityError, validate_cluster
+
+Mode = Literal["monitor", "act"]
+
+
+class PolicySettings(BaseModel):
+    """What to do per verdict. The defaults are the documented policy; override per cluster."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    infra_with_nodes: Action = Field(Action.REQUEUE_EXCLUDING, description="infra fault, nodes blamed")
+    infra_without_nodes: Action = Field(Action.REQUEUE, description="infra fault, no node blamed")
+    unknown: Action = Field(Action.REQUEUE, description="cause unknown")
+    app: Action = Field(Action.STOP, description="the application's own error: retrying cannot help")
+    no_progress: Action = Field(Action.STOP, description="attempts that write no new checkpoint")
+    max_attempts: int = Field(5, ge=1, description="stop a workload that reached this many attempts")
+    max_excluded_nodes: int = Field(8, ge=0, description="most nodes excluded from one workload")
+
+
+class ClusterSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Mode = Field("monitor", description="initial mode; a mode set through the API is persisted")
+    nodes: int | None = Field(None, ge=1, description="cluster size, for the breaker's node share")
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    scheduler: dict[str, Any] | None = Field(
+        None, description="scheduler adapter settings, e.g. {kind: slurm, ...}; none: act mode fails safe"
+    )
+
+
+class BreakerSettings(BaseModel):
+    """Blast-radius limits, per cluster (NVSentinel-style circuit breaker)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window_s: float = Field(600.0, gt=0, description="window over which actions are counted")
+    max_actions: int = Field(20, ge=1, description="most actions per window across workloads")
+    max_node_fraction: float = Field(0.1, gt=0, le=1, description="most share of nodes excluded/drained")
+    max_nodes_without_size: int = Field(4, ge=1, description="node cap when the cluster size is unknown")
+    correlated_workloads: int = Field(3, ge=2, description="this many workloads failing together trips it")
+    correlated_window_s: float = Field(120.0, gt=0, description="...within this many seconds")
+    cooldown_s: float = Field(600.0, ge=0, description="how long a tripped breaker stays open")
+
+
+class LedgerSettings(BaseModel):
+    """Node reputation across workloads and attempts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    drain_after_workloads: int = Field(2, ge=1, description="recommend drain after this many workloads")
+    drain_window_s: float = Field(86400.0, gt=0, description="...implicated the node within this window")
+    reputation_half_life_s: float = Field(86400.0, gt=0, description="how fast old implications fade")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="TRAINGUARD_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(9480, ge=1, le=65535, description="port to listen on")
+    db_path: Path = Field(Path("trainguard.db"), description="SQLite audit store (WAL)")
+    webhook_token: SecretStr | None = Field(None, description="bearer token Alertmanager must send")
+    webhook_token_file: Path | None = Field(None, description="file holding the webhook token")
+    operator_token: SecretStr | None = Field(None, description="token for mode changes and reviews")
+    operator_token_file: Path | None = Field(None, description="file holding the operator token")
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest webhook body accepted")
+    correlation_window_s: float = Field(1.0, ge=0, le=300, description="gather evidence this long")
+    action_retry_s: float = Field(5.0, gt=0, description="retry a failed scheduler action after this")
+    default_mode: Mode = Field("monitor", description="mode of clusters not listed under clusters")
+    prometheus_url: str | None = Field(None, description="Prometheus for enrichment; none: alerts only")
+    prometheus_timeout_s: float = Field(2.0, gt=0, description="enrichment query timeout")
+    clusters: dict[str, ClusterSettings] = Field(default_factory=dict)
+    breaker: BreakerSettings = Field(default_factory=BreakerSettings)
+    ledger: LedgerSettings = Field(default_factory=LedgerSettings)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @field_validator("clusters")
+    @classmethod
+    def _cluster_names(cls, value: dict[str, ClusterSettings]) -> dict[str, ClusterSettings]:
+        for name in value:
+            try:
+                validate_cluster(name)
+            except IdentityError as exc:
+                raise ValueError(str(exc)) from exc
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Flags (init) beat the environment, which beats the YAML file (passed as defaults below).
+        return (init_settings, env_settings)
+
+    def cluster(self, name: str) -> ClusterSettings:
+        return self.clusters.get(name) or ClusterSettings(mode=self.default_mode)
+
+    def webhook_secret(self) -> str | None:
+        return _secret(self.webhook_token, self.webhook_token_file, "webhook_token_file")
+
+    def operator_secret(self) -> str | None:
+        return _secret(self.operator_token, self.operator_token_file, "operator_token_file")
+
+
+def _secret(value: SecretStr | None, path: Path | None, key: str) -> str | None:
+    if value is not None:
+        return value.get_secret_value()
+    if path is None:
+        return None
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from exc
+    if not token:
+        raise ConfigError(f"{key}: {path} is empty")
+    return token
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from an optional YAML file, the environment and explicit overrides (flags)."""
+    file_values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            loaded = yaml.safe_load(config_file.read_text())
+        except OSError as exc:
+            raise ConfigError(f"config file {config_file}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {config_file} is not valid YAML: {exc}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {config_file}: expected a mapping at the top level")
+        file_values = loaded
+    flags = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        # The YAML values are defaults the environment may override key by key, then the flags.
+        from_env = EnvSettingsSource(Settings)()
+        merged = _deep_merge(_deep_merge(file_values, from_env), flags)
+        return Settings(**merged)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from exc
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        value = err.get("input")
+        lines.append(f"{key}: {err['msg']} (got {value!r})")
+    return "invalid configuration:\n  " + "\n  ".join(lines)

@@ -1,0 +1,160 @@
+"""Slurm's own view of the watched workloads, as Prometheus metrics (``trainguard_slurm_*``).
+
+A ``prometheus_client`` custom collector: each scrape runs one ``squeue --json`` and one
+``sinfo --json`` through the adapter's seam and yields fresh metric families, so rules can see a job
+that failed, was requeued or lost a node even when no rank could say so. When Slurm cannot be asked,
+only ``trainguard_slurm_up 0`` is exported (unknown), never an empty "no jobs" answer.
+
+Watched workloads: the ids returned by ``workloads()``, or, when it is None, every job that opted in.
+Labels are the identity labels of CONTRACT §1 plus bounded Slurm enums (state, reason). The catalogue
+is in ``docs/slurm.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from responder.schedulers.base import SchedulerError
+from responder.schedulers.slurm import SlurmScheduler
+from responder.schedulers.slurm_parse import SlurmJob, SlurmNode
+
+JOB_STATES = (
+    "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
+    "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REQUEUED", "REQUEUE_HOLD",
+    "SPECIAL_EXIT", "CONFIGURING", "RESIZING", "STOPPED", "SIGNALING", "STAGE_OUT", "REVOKED",
+)  # fmt: skip
+_MAX_REASON = 64
+
+
+class SlurmCollector(Collector):
+    def __init__(
+        self,
+        scheduler: SlurmScheduler,
+        cluster: str,
+        workloads: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
+        self._scheduler = scheduler
+        self._cluster = cluster
+        self._workloads = workloads
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # scrape-time only: do not run Slurm commands at registration
+
+    def _watched(self, jobs: dict[str, SlurmJob]) -> list[SlurmJob]:
+        if self._workloads is None:
+            return [j for j in jobs.values() if self._scheduler.opted_in(j)]
+        return [jobs[w] for w in dict.fromkeys(self._workloads()) if w in jobs]
+
+    def collect(self) -> Iterator[Metric]:
+        c = self._cluster
+        up = GaugeMetricFamily(
+            "trainguard_slurm_up", "1 when squeue and sinfo answered this scrape.", labels=["cluster"]
+        )
+        took = GaugeMetricFamily(
+            "trainguard_slurm_scrape_duration_seconds", "Time to ask Slurm at this scrape.", labels=["cluster"]
+        )
+        started = time.monotonic()
+        try:
+            jobs = self._scheduler.list_jobs()
+            nodes = self._scheduler.list_nodes()
+        except SchedulerError:
+            up.add_metric([c], 0)
+            took.add_metric([c], time.monotonic() - started)
+            yield up
+            yield took
+            return
+        up.add_metric([c], 1)
+        took.add_metric([c], time.monotonic() - started)
+        yield up
+        yield took
+
+        watched = self._watched(jobs)
+        state = GaugeMetricFamily(
+            "trainguard_slurm_job_state",
+            "1 for the Slurm base state the watched job is in (squeue job_state).",
+            labels=["cluster", "workload", "scheduler", "state"],
+        )
+        reason = GaugeMetricFamily(
+            "trainguard_slurm_job_reason",
+            "1 for Slurm's current reason for the job's state (squeue state_reason; None when none).",
+            labels=["cluster", "workload", "scheduler", "reason"],
+        )
+        restarts = GaugeMetricFamily(
+            "trainguard_slurm_job_restart_count",
+            "Times Slurm requeued the job (restart_cnt, the trainguard attempt).",
+            labels=["cluster", "workload", "scheduler"],
+        )
+        held = GaugeMetricFamily(
+            "trainguard_slurm_job_held",
+            "1 when the job is held; trainguard=1 when the hold carries trainguard's mark.",
+            labels=["cluster", "workload", "scheduler", "trainguard"],
+        )
+        held_since = GaugeMetricFamily(
+            "trainguard_slurm_job_trainguard_held_timestamp_seconds",
+            "Unix time trainguard held the job (present only while its hold mark is set).",
+            labels=["cluster", "workload", "scheduler"],
+        )
+        job_node = GaugeMetricFamily(
+            "trainguard_slurm_job_node",
+            "1 for each node allocated to the job (join with trainguard_slurm_node_* on host).",
+            labels=["cluster", "workload", "scheduler", "attempt", "host"],
+        )
+        excluded = GaugeMetricFamily(
+            "trainguard_slurm_job_excluded_nodes",
+            "Number of nodes in the job's ExcNodeList.",
+            labels=["cluster", "workload", "scheduler"],
+        )
+        relevant: set[str] = set()
+        for j in watched:
+            base = j.slurm_state if j.slurm_state in JOB_STATES else "OTHER"
+            ids = [c, j.job_id, "slurm"]
+            state.add_metric([*ids, base], 1)
+            why = j.reason if j.reason and len(j.reason) <= _MAX_REASON and j.reason.isidentifier() else "Other"
+            reason.add_metric([*ids, why], 1)
+            restarts.add_metric(ids, j.restart_cnt)
+            if j.held:
+                held.add_metric([*ids, "1" if j.marker.held_at is not None else "0"], 1)
+            if j.marker.held_at is not None:
+                held_since.add_metric(ids, j.marker.held_at)
+            for n in j.nodes:
+                job_node.add_metric([*ids, str(j.restart_cnt), n], 1)
+            excluded.add_metric(ids, len(j.excluded_nodes))
+            relevant.update(j.nodes)
+            relevant.update(j.excluded_nodes)
+        yield from (state, reason, restarts, held, held_since, job_node, excluded)
+        yield from self._node_metrics(c, nodes, relevant)
+
+    @staticmethod
+    def _node_metrics(c: str, nodes: dict[str, SlurmNode], relevant: set[str]) -> Iterator[Metric]:
+        labels = ["cluster", "host"]
+        down = GaugeMetricFamily("trainguard_slurm_node_down", "1 when Slurm says the node is DOWN.", labels=labels)
+        drain = GaugeMetricFamily(
+            "trainguard_slurm_node_drain", "1 when the node is draining or drained.", labels=[*labels, "trainguard"]
+        )
+        unresponsive = GaugeMetricFamily(
+            "trainguard_slurm_node_not_responding", "1 when slurmctld cannot reach the node's slurmd.", labels=labels
+        )
+        node_state = GaugeMetricFamily(
+            "trainguard_slurm_node_state", "1 for the node's Slurm base state.", labels=[*labels, "state"]
+        )
+        for name in sorted(relevant):
+            node = nodes.get(name)
+            if node is None:
+                continue
+            down.add_metric([c, name], 1 if node.down else 0)
+            drain.add_metric([c, name, "1" if node.drained_by_trainguard else "0"], 1 if node.drain else 0)
+            unresponsive.add_metric([c, name], 1 if node.not_responding else 0)
+            node_state.add_metric([c, name, node.state], 1)
+        ours = GaugeMetricFamily(
+            "trainguard_slurm_nodes_drained_by_trainguard",
+            "Nodes drained with a 'trainguard:' reason, cluster-wide (the drain circuit breaker's count).",
+            labels=["cluster"],
+        )
+        ours.add_metric([c], sum(1 for n in nodes.values() if n.drained_by_trainguard))
+        total = GaugeMetricFamily("trainguard_slurm_nodes", "Nodes Slurm knows, cluster-wide.", labels=["cluster"])
+        total.add_metric([c], len(nodes))
+        yield from (down, drain, unresponsive, node_state, ours, total)

@@ -1,0 +1,583 @@
+"""The durable store: accepted alerts, incidents, audit records, cluster modes, reviews, node ledger.
+
+SQLite in WAL mode with ``synchronous=FULL``: a notification is answered 2xx only after its alerts
+are committed to disk, so neither a crash nor a power loss loses an accepted alert. Exactly-once
+decisions rest on two constraints, not on timing: alerts are unique per
+``(fingerprint, startsAt, status)`` (Alertmanager's re-sends and repeats collapse into one row) and
+incidents are unique per ``(cluster, workload, attempt)`` and move from ``open`` to ``decided``
+once, in the same transaction that writes the decision.
+
+The ``AuditStore`` protocol is what the rest of the responder uses, so a Postgres store for
+replicated deployments can replace this one without touching the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Protocol
+
+from responder.alerts import ClassifiedAlert, Notification
+from responder.records import AuditRecord, new_id
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS notifications (
+    id INTEGER PRIMARY KEY,
+    received_at REAL NOT NULL,
+    group_key TEXT NOT NULL,
+    receiver TEXT NOT NULL,
+    status TEXT NOT NULL,
+    alerts INTEGER NOT NULL,
+    new_alerts INTEGER NOT NULL,
+    truncated INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS alerts (
+    id INTEGER PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    starts_at TEXT NOT NULL,
+    status TEXT NOT NULL,
+    starts_at_ts REAL NOT NULL,
+    received_at REAL NOT NULL,
+    notification_id INTEGER NOT NULL,
+    disposition TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    cluster TEXT,
+    workload TEXT,
+    attempt TEXT,
+    labels TEXT NOT NULL,
+    annotations TEXT NOT NULL,
+    incident_id TEXT,
+    UNIQUE (fingerprint, starts_at, status)
+);
+CREATE INDEX IF NOT EXISTS alerts_incident ON alerts (incident_id);
+CREATE TABLE IF NOT EXISTS incidents (
+    id TEXT PRIMARY KEY,
+    cluster TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    scheduler TEXT,
+    attempt TEXT NOT NULL,
+    state TEXT NOT NULL,
+    opened_at REAL NOT NULL,
+    deadline REAL NOT NULL,
+    decided_at REAL,
+    UNIQUE (cluster, workload, attempt)
+);
+CREATE INDEX IF NOT EXISTS incidents_open ON incidents (state, deadline);
+CREATE INDEX IF NOT EXISTS incidents_cluster_time ON incidents (cluster, opened_at);
+CREATE TABLE IF NOT EXISTS records (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    time REAL NOT NULL,
+    cluster TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    incident_id TEXT,
+    action TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    node TEXT NOT NULL DEFAULT '',
+    body TEXT NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS records_once ON records (incident_id, kind, action, node)
+    WHERE incident_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS records_time ON records (time);
+CREATE INDEX IF NOT EXISTS records_cluster ON records (cluster, time);
+CREATE TABLE IF NOT EXISTS implications (
+    cluster TEXT NOT NULL,
+    node TEXT NOT NULL,
+    workload TEXT NOT NULL,
+    attempt TEXT NOT NULL,
+    incident_id TEXT NOT NULL,
+    time REAL NOT NULL,
+    weight REAL NOT NULL,
+    UNIQUE (incident_id, node)
+);
+CREATE INDEX IF NOT EXISTS implications_node ON implications (cluster, node, time);
+CREATE INDEX IF NOT EXISTS implications_workload ON implications (cluster, workload);
+CREATE TABLE IF NOT EXISTS modes (
+    cluster TEXT PRIMARY KEY,
+    mode TEXT NOT NULL,
+    changed_at REAL NOT NULL,
+    changed_by TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS reviews (
+    id INTEGER PRIMARY KEY,
+    record_id TEXT NOT NULL,
+    verdict TEXT NOT NULL,
+    note TEXT NOT NULL,
+    time REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS breaker_trips (
+    cluster TEXT NOT NULL,
+    time REAL NOT NULL,
+    reason TEXT NOT NULL
+);
+"""
+
+_RECORD_FIELDS = tuple(f.name for f in fields(AuditRecord))
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    new: int
+    duplicates: int
+    evidence: int
+    rejected: int
+    ignored: int
+    resolved: int
+    opened_incidents: tuple[str, ...]
+    refusals: tuple[AuditRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    id: str
+    cluster: str
+    workload: str
+    scheduler: str | None
+    attempt: str  # '' when the alerts did not say
+    state: str
+    opened_at: float
+    deadline: float
+    decided_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAlert:
+    fingerprint: str
+    starts_at: str
+    starts_at_ts: float
+    status: str
+    received_at: float
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "labels": self.labels,
+            "startsAt": self.starts_at,
+            "summary": self.annotations.get("summary", ""),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RecordQuery:
+    cluster: str | None = None
+    workload: str | None = None
+    action: str | None = None
+    mode: str | None = None
+    kind: str | None = None
+    outcome: str | None = None
+    since: float | None = None
+    limit: int = 100
+
+
+class AuditStore(Protocol):
+    """What the responder needs from a store. See ``SqliteStore`` for the semantics."""
+
+    def ingest(
+        self,
+        notification: Notification,
+        alerts: Sequence[ClassifiedAlert],
+        now: float,
+        window: float,
+        refusal: Callable[[ClassifiedAlert, float], AuditRecord],
+    ) -> IngestResult: ...
+    def due_incidents(self, now: float) -> list[Incident]: ...
+    def next_deadline(self) -> float | None: ...
+    def postpone(self, incident_id: str, until: float) -> None: ...
+    def incident(self, incident_id: str) -> Incident | None: ...
+    def incident_alerts(self, incident_id: str) -> list[StoredAlert]: ...
+    def decide(
+        self, incident: Incident, records: Sequence[AuditRecord], implicated: dict[str, float], now: float
+    ) -> bool: ...
+    def update_outcome(self, record: AuditRecord) -> None: ...
+    def pending_records(self) -> list[AuditRecord]: ...
+    def add_record(self, record: AuditRecord) -> None: ...
+    def records(self, query: RecordQuery) -> list[AuditRecord]: ...
+    def record(self, record_id: str) -> AuditRecord | None: ...
+    def get_mode(self, cluster: str) -> str | None: ...
+    def set_mode(self, cluster: str, mode: str, now: float, changed_by: str) -> None: ...
+    def modes(self) -> dict[str, str]: ...
+    def add_review(self, record_id: str, verdict: str, note: str, now: float) -> None: ...
+    def reviews(self, record_id: str) -> list[dict[str, Any]]: ...
+    def precision_by_pattern(self) -> dict[str, dict[str, float]]: ...
+    def workload_nodes(self, cluster: str, workload: str) -> set[str]: ...
+    def node_workloads_since(self, cluster: str, node: str, since: float) -> set[str]: ...
+    def implications_since(self, cluster: str, since: float) -> list[tuple[str, float, float]]: ...
+    def drain_recorded_since(self, cluster: str, node: str, since: float) -> bool: ...
+    def actions_since(self, cluster: str, mode: str, since: float) -> int: ...
+    def isolated_nodes_since(self, cluster: str, mode: str, since: float) -> set[str]: ...
+    def workloads_failing_since(self, cluster: str, since: float) -> set[str]: ...
+    def last_trip(self, cluster: str) -> tuple[float, str] | None: ...
+    def record_trip(self, cluster: str, now: float, reason: str) -> None: ...
+    def counts(self) -> dict[str, int]: ...
+    def ping(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class SqliteStore:
+    """``AuditStore`` on one SQLite file. Thread-safe: one connection behind a lock."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None:
+            self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) > SCHEMA_VERSION:
+            raise RuntimeError(f"{path}: schema version {row[0]} is newer than this trainguard ({SCHEMA_VERSION})")
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._db.execute(sql, tuple(params)).fetchall()
+
+    # -- ingest ---------------------------------------------------------------------------------
+
+    def ingest(
+        self,
+        notification: Notification,
+        alerts: Sequence[ClassifiedAlert],
+        now: float,
+        window: float,
+        refusal: Callable[[ClassifiedAlert, float], AuditRecord],
+    ) -> IngestResult:
+        """Store every alert once; open incidents for new evidence; audit new rejections. Atomic.
+
+        ``refusal`` builds the audit record of a newly rejected alert (the caller knows the mode).
+        """
+        new = duplicates = evidence = rejected = ignored = resolved = 0
+        opened: list[str] = []
+        refusals: list[AuditRecord] = []
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO notifications (received_at, group_key, receiver, status, alerts, new_alerts, truncated)"
+                " VALUES (?, ?, ?, ?, ?, 0, ?)",
+                (
+                    now,
+                    notification.groupKey,
+                    notification.receiver,
+                    notification.status,
+                    len(alerts),
+                    notification.truncatedAlerts,
+                ),
+            )
+            notification_id = cur.lastrowid
+            incident_for: dict[tuple[str, str, str], str] = {}
+            for item in alerts:
+                ident = item.identity
+                incident_id: str | None = None
+                if item.disposition == "evidence" and ident is not None:
+                    key = (ident.cluster, ident.workload, ident.attempt or "")
+                    incident_id = incident_for.get(key)
+                    if incident_id is None:
+                        incident_id, was_opened = self._incident_for(db, key, ident.scheduler, now, window)
+                        incident_for[key] = incident_id
+                        if was_opened:
+                            opened.append(incident_id)
+                a = item.alert
+                cur = db.execute(
+                    "INSERT INTO alerts (fingerprint, starts_at, status, starts_at_ts, received_at, notification_id,"
+                    " disposition, reason, cluster, workload, attempt, labels, annotations, incident_id)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (
+                        a.fingerprint, a.startsAt, a.status, item.starts_at, now, notification_id,
+                        item.disposition, item.reason,
+                        ident.cluster if ident else a.labels.get("cluster"),
+                        ident.workload if ident else a.labels.get("workload"),
+                        ident.attempt if ident else a.labels.get("attempt"),
+                        json.dumps(a.labels, sort_keys=True), json.dumps(a.annotations, sort_keys=True),
+                        incident_id,
+                    ),
+                )  # fmt: skip
+                if cur.rowcount == 0:
+                    duplicates += 1
+                    continue
+                new += 1
+                if item.disposition == "evidence":
+                    evidence += 1
+                elif item.disposition == "rejected":
+                    rejected += 1
+                    record = refusal(item, now)
+                    self._insert_record(db, record)
+                    refusals.append(record)
+                elif item.disposition == "ignored":
+                    ignored += 1
+                else:
+                    resolved += 1
+            # An incident opened for alerts that all turned out to be duplicates has no evidence.
+            for incident_id in list(opened):
+                if not db.execute("SELECT 1 FROM alerts WHERE incident_id=? LIMIT 1", (incident_id,)).fetchone():
+                    db.execute("DELETE FROM incidents WHERE id=?", (incident_id,))
+                    opened.remove(incident_id)
+            db.execute("UPDATE notifications SET new_alerts=? WHERE id=?", (new, notification_id))
+        return IngestResult(new, duplicates, evidence, rejected, ignored, resolved, tuple(opened), tuple(refusals))
+
+    def _incident_for(
+        self, db: sqlite3.Connection, key: tuple[str, str, str], scheduler: str | None, now: float, window: float
+    ) -> tuple[str, bool]:
+        row = db.execute("SELECT id FROM incidents WHERE cluster=? AND workload=? AND attempt=?", key).fetchone()
+        if row is not None:
+            return str(row["id"]), False
+        incident_id = new_id("inc")
+        db.execute(
+            "INSERT INTO incidents (id, cluster, workload, attempt, scheduler, state, opened_at, deadline)"
+            " VALUES (?, ?, ?, ?, ?, 'open', ?, ?)",
+            (incident_id, *key, scheduler, now, now + window),
+        )
+        return incident_id, True
+
+    # -- incidents ------------------------------------------------------------------------------
+
+    def due_incidents(self, now: float) -> list[Incident]:
+        rows = self._query("SELECT * FROM incidents WHERE state='open' AND deadline <= ? ORDER BY deadline", (now,))
+        return [Incident(**dict(r)) for r in rows]
+
+    def next_deadline(self) -> float | None:
+        rows = self._query("SELECT MIN(deadline) FROM incidents WHERE state='open'")
+        value = rows[0][0] if rows else None
+        return float(value) if value is not None else None
+
+    def postpone(self, incident_id: str, until: float) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE incidents SET deadline=? WHERE id=? AND state='open'", (until, incident_id))
+
+    def incident(self, incident_id: str) -> Incident | None:
+        rows = self._query("SELECT * FROM incidents WHERE id=?", (incident_id,))
+        return Incident(**dict(rows[0])) if rows else None
+
+    def incident_alerts(self, incident_id: str) -> list[StoredAlert]:
+        rows = self._query(
+            "SELECT fingerprint, starts_at, starts_at_ts, status, received_at, labels, annotations"
+            " FROM alerts WHERE incident_id=? ORDER BY id",
+            (incident_id,),
+        )
+        return [
+            StoredAlert(
+                r["fingerprint"], r["starts_at"], r["starts_at_ts"], r["status"], r["received_at"],
+                json.loads(r["labels"]), json.loads(r["annotations"]),
+            )
+            for r in rows
+        ]  # fmt: skip
+
+    def decide(
+        self, incident: Incident, records: Sequence[AuditRecord], implicated: dict[str, float], now: float
+    ) -> bool:
+        """Close ``incident`` and write its records at once; False if it was already decided."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE incidents SET state='decided', decided_at=? WHERE id=? AND state='open'", (now, incident.id)
+            )
+            if cur.rowcount == 0:
+                return False
+            for record in records:
+                self._insert_record(db, record)
+            for node, weight in implicated.items():
+                db.execute(
+                    "INSERT INTO implications VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (incident.cluster, node, incident.workload, incident.attempt, incident.id, now, weight),
+                )
+        return True
+
+    # -- records --------------------------------------------------------------------------------
+
+    def _insert_record(self, db: sqlite3.Connection, record: AuditRecord) -> None:
+        db.execute(
+            "INSERT INTO records (id, kind, time, cluster, workload, incident_id, action, mode, outcome, node, body)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                record.id, record.kind, record.time, record.cluster, record.workload, record.incident_id,
+                record.action, record.mode, record.outcome, record.node or "", _dump(record),
+            ),
+        )  # fmt: skip
+
+    def add_record(self, record: AuditRecord) -> None:
+        with self._tx() as db:
+            self._insert_record(db, record)
+
+    def update_outcome(self, record: AuditRecord) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE records SET outcome=?, body=? WHERE id=?", (record.outcome, _dump(record), record.id))
+
+    def pending_records(self) -> list[AuditRecord]:
+        rows = self._query("SELECT body FROM records WHERE outcome='pending' ORDER BY time")
+        return [_load(r["body"]) for r in rows]
+
+    def records(self, query: RecordQuery) -> list[AuditRecord]:
+        where, params = [], []
+        for column in ("cluster", "workload", "action", "mode", "kind", "outcome"):
+            value = getattr(query, column)
+            if value is not None:
+                where.append(f"{column}=?")
+                params.append(value)
+        if query.since is not None:
+            where.append("time >= ?")
+            params.append(query.since)
+        sql = "SELECT body FROM records"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY time DESC, rowid DESC LIMIT ?"
+        params.append(query.limit)
+        return [_load(r["body"]) for r in self._query(sql, params)]
+
+    def record(self, record_id: str) -> AuditRecord | None:
+        rows = self._query("SELECT body FROM records WHERE id=?", (record_id,))
+        return _load(rows[0]["body"]) if rows else None
+
+    # -- modes and reviews ----------------------------------------------------------------------
+
+    def get_mode(self, cluster: str) -> str | None:
+        rows = self._query("SELECT mode FROM modes WHERE cluster=?", (cluster,))
+        return str(rows[0]["mode"]) if rows else None
+
+    def set_mode(self, cluster: str, mode: str, now: float, changed_by: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO modes VALUES (?, ?, ?, ?) ON CONFLICT (cluster) DO UPDATE SET"
+                " mode=excluded.mode, changed_at=excluded.changed_at, changed_by=excluded.changed_by",
+                (cluster, mode, now, changed_by),
+            )
+
+    def modes(self) -> dict[str, str]:
+        return {r["cluster"]: r["mode"] for r in self._query("SELECT cluster, mode FROM modes")}
+
+    def add_review(self, record_id: str, verdict: str, note: str, now: float) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO reviews (record_id, verdict, note, time) VALUES (?, ?, ?, ?)",
+                (record_id, verdict, note, now),
+            )
+
+    def reviews(self, record_id: str) -> list[dict[str, Any]]:
+        rows = self._query("SELECT verdict, note, time FROM reviews WHERE record_id=? ORDER BY id", (record_id,))
+        return [dict(r) for r in rows]
+
+    def precision_by_pattern(self) -> dict[str, dict[str, float]]:
+        """Per detection pattern: reviewed decisions, how many were right, and the share."""
+        rows = self._query(
+            "SELECT r.body, v.verdict FROM reviews v JOIN records r ON r.id = v.record_id"
+            " WHERE v.id IN (SELECT MAX(id) FROM reviews GROUP BY record_id)"
+        )
+        tally: dict[str, list[int]] = {}
+        for row in rows:
+            record = _load(row["body"])
+            for pattern in set(record.patterns):
+                counts = tally.setdefault(pattern, [0, 0])
+                counts[0] += 1
+                counts[1] += row["verdict"] == "correct"
+        return {p: {"reviewed": n, "correct": c, "precision": c / n} for p, (n, c) in sorted(tally.items())}
+
+    # -- ledger and breaker ---------------------------------------------------------------------
+
+    def workload_nodes(self, cluster: str, workload: str) -> set[str]:
+        rows = self._query("SELECT DISTINCT node FROM implications WHERE cluster=? AND workload=?", (cluster, workload))
+        return {r["node"] for r in rows}
+
+    def node_workloads_since(self, cluster: str, node: str, since: float) -> set[str]:
+        rows = self._query(
+            "SELECT DISTINCT workload FROM implications WHERE cluster=? AND node=? AND time >= ?",
+            (cluster, node, since),
+        )
+        return {r["workload"] for r in rows}
+
+    def implications_since(self, cluster: str, since: float) -> list[tuple[str, float, float]]:
+        rows = self._query(
+            "SELECT node, time, weight FROM implications WHERE cluster=? AND time >= ?", (cluster, since)
+        )
+        return [(r["node"], r["time"], r["weight"]) for r in rows]
+
+    def drain_recorded_since(self, cluster: str, node: str, since: float) -> bool:
+        rows = self._query(
+            "SELECT 1 FROM records WHERE cluster=? AND node=? AND action='drain_node' AND kind='decision'"
+            " AND time >= ? LIMIT 1",
+            (cluster, node, since),
+        )
+        return bool(rows)
+
+    def actions_since(self, cluster: str, mode: str, since: float) -> int:
+        rows = self._query(
+            "SELECT COUNT(*) FROM records WHERE cluster=? AND mode=? AND kind='decision' AND action != 'none'"
+            " AND outcome != 'skipped' AND time >= ?",
+            (cluster, mode, since),
+        )
+        return int(rows[0][0])
+
+    def isolated_nodes_since(self, cluster: str, mode: str, since: float) -> set[str]:
+        rows = self._query(
+            "SELECT body FROM records WHERE cluster=? AND mode=? AND kind='decision' AND outcome != 'skipped'"
+            " AND action IN ('requeue_excluding', 'drain_node') AND time >= ?",
+            (cluster, mode, since),
+        )
+        nodes: set[str] = set()
+        for row in rows:
+            record = _load(row["body"])
+            nodes.update(record.excluded_nodes)
+            if record.node:
+                nodes.add(record.node)
+        return nodes
+
+    def workloads_failing_since(self, cluster: str, since: float) -> set[str]:
+        rows = self._query(
+            "SELECT DISTINCT workload FROM incidents WHERE cluster=? AND opened_at >= ?", (cluster, since)
+        )
+        return {r["workload"] for r in rows}
+
+    def last_trip(self, cluster: str) -> tuple[float, str] | None:
+        rows = self._query("SELECT time, reason FROM breaker_trips WHERE cluster=? ORDER BY time DESC LIMIT 1",
+                           (cluster,))  # fmt: skip
+        return (rows[0]["time"], rows[0]["reason"]) if rows else None
+
+    def record_trip(self, cluster: str, now: float, reason: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO breaker_trips VALUES (?, ?, ?)", (cluster, now, reason))
+
+    # -- health ---------------------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        out = {}
+        for table in ("alerts", "incidents", "records"):
+            out[table] = int(self._query(f"SELECT COUNT(*) FROM {table}")[0][0])  # noqa: S608 - fixed names
+        out["open_incidents"] = int(self._query("SELECT COUNT(*) FROM incidents WHERE state='open'")[0][0])
+        return out
+
+    def ping(self) -> None:
+        self._query("SELECT 1")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _dump(record: AuditRecord) -> str:
+    return json.dumps({name: getattr(record, name) for name in _RECORD_FIELDS}, sort_keys=True)
+
+
+def _load(body: str) -> AuditRecord:
+    return AuditRecord.from_row(json.loads(body))
