@@ -71,7 +71,9 @@ def notification(alerts: list[dict[str, Any]], group_key: str = '{}:{alertname="
     }
 
 
-def nccl_storm_with_xid(ranks_per_host: int = 8, hosts: int = 4, bad_host: str = "gpu-002") -> dict[str, Any]:
+def nccl_storm_with_xid(
+    ranks_per_host: int = 8, hosts: int = 4, bad_host: str = "gpu-002", workload: str = "4242"
+) -> dict[str, Any]:
     """NCCL watchdog timeouts on every rank, plus one XID 79 on one host: the classic node fault."""
     alerts = []
     for h in range(hosts):
@@ -79,7 +81,7 @@ def nccl_storm_with_xid(ranks_per_host: int = 8, hosts: int = 4, bad_host: str =
         for r in range(ranks_per_host):
             rank = str(h * ranks_per_host + r)
             alerts.append(alert("TrainguardCollectiveTimeout", "collective_timeout", host=host, rank=rank,
-                                pattern="nccl_watchdog_timeout"))  # fmt: skip
+                                pattern="nccl_watchdog_timeout", workload=workload))  # fmt: skip
     alerts.append(alert("TrainguardGpuXid", "infra_gpu", host=bad_host, pattern="xid_79_fallen_off_bus",
-                        extra={"gpu": "3"}))  # fmt: skip
+                        extra={"gpu": "3"}, workload=workload))  # fmt: skip
     return notification(alerts)

@@ -1,0 +1,81 @@
+"""Attribution rules on stored alerts, without the HTTP layer."""
+
+from __future__ import annotations
+
+from responder.attribution import Context, RankProgress, attribute
+from responder.store import StoredAlert
+
+
+def _a(category: str, host: str | None = None, rank: str | None = None, pattern: str = "p") -> StoredAlert:
+    labels = {"alertname": "TrainguardX", "category": category, "pattern": pattern, "cluster": "lab", "workload": "1"}
+    if host:
+        labels["host"] = host
+    if rank:
+        labels["rank"] = rank
+    return StoredAlert("f", "2026-11-29T00:00:00Z", 0.0, "firing", 0.0, labels, {})
+
+
+def test_collective_timeouts_alone_implicate_nobody() -> None:
+    verdict = attribute([_a("collective_timeout", f"h{i}", str(i)) for i in range(8)])
+    assert verdict.failure_class == "unknown"
+    assert verdict.implicated == ()
+
+
+def test_gpu_fault_beats_symptoms_and_app_noise() -> None:
+    alerts = [_a("collective_timeout", f"h{i}", str(i)) for i in range(8)]
+    alerts += [_a("infra_gpu", "h3", "3", "xid_79_fallen_off_bus"), _a("app_error", "h5", "5", "nan_loss")]
+    verdict = attribute(alerts)
+    assert verdict.failure_class == "infra"
+    assert verdict.implicated == ("h3",)
+
+
+def test_application_errors_mean_app() -> None:
+    verdict = attribute([_a("app_error", f"h{i}", str(i), "cuda_oom") for i in range(4)])
+    assert verdict.failure_class == "app"
+    assert verdict.implicated == ()
+
+
+def test_app_error_wins_over_a_soft_straggler_signal() -> None:
+    verdict = attribute([_a("app_error", f"h{i}", str(i), "cuda_oom") for i in range(4)] + [_a("straggler", "h2", "2")])
+    assert verdict.failure_class == "app"
+
+
+def test_network_errors_name_their_host_but_not_when_everywhere() -> None:
+    one = attribute([_a("infra_network", "h1", "1", "ib_completion_error"), _a("collective_timeout", "h2", "2")])
+    assert one.implicated == ("h1",)
+    everywhere = attribute([_a("infra_network", f"h{i}", str(i), "ib_completion_error") for i in range(6)])
+    assert everywhere.implicated == ()
+    assert everywhere.failure_class == "infra"
+    assert any("fabric" in line for line in everywhere.explanation)
+
+
+def test_crash_alone_is_not_enough_but_adds_up() -> None:
+    assert attribute([_a("crash", "h1", "1")]).implicated == ()
+
+
+def test_hang_laggard_from_prometheus_progress() -> None:
+    hangs = [_a("hang", f"h{i}", str(i)) for i in range(4)]
+    progress = tuple(RankProgress(str(i), f"h{i}", 100.0 if i != 2 else 99.0, 1000.0) for i in range(4))
+    verdict = attribute(hangs, Context(available=True, note="", progress=progress))
+    assert verdict.implicated == ("h2",)
+    assert verdict.failure_class == "infra"
+
+
+def test_hang_on_all_ranks_without_progress_implicates_nobody_and_says_why() -> None:
+    verdict = attribute([_a("hang", f"h{i}", str(i)) for i in range(4)])
+    assert verdict.implicated == ()
+    assert any("laggard cannot be told" in line for line in verdict.explanation)
+    assert any("decided from the alerts alone" in line for line in verdict.explanation)
+
+
+def test_hang_on_one_host_while_others_report_is_the_laggard() -> None:
+    verdict = attribute(
+        [_a("hang", "h1", "1"), _a("collective_timeout", "h2", "2"), _a("collective_timeout", "h3", "3")]
+    )
+    assert verdict.implicated == ("h1",)
+
+
+def test_xids_found_by_enrichment_implicate() -> None:
+    context = Context(available=True, note="", xid_hosts={"h4": ["79"]})
+    verdict = attribute([_a("collective_timeout", "h4", "4")], context)
+    assert verdict.implicated == ("h4",)
