@@ -86,9 +86,9 @@ class Engine:
         m.alerts.labels("rejected").inc(result.rejected)
         m.alerts.labels("ignored").inc(result.ignored)
         m.alerts.labels("resolved").inc(result.resolved)
-        for item in classified:
-            if item.disposition == "evidence":
-                m.detection_latency.observe(max(0.0, now - item.starts_at))
+        # Alerts of one notification mostly share a few start times: observe each distinct one once.
+        for starts_at in {item.starts_at for item in classified if item.disposition == "evidence"}:
+            m.detection_latency.observe(max(0.0, now - starts_at))
         for record in result.refusals:
             m.decisions.labels(record.cluster[:64], record.action, record.mode, record.outcome).inc()
             log.warning("refused alert: %s", record.reason)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic_core import to_json
+
 from responder.alerts import ClassifiedAlert, Notification
 from responder.records import AuditRecord, new_id
 
@@ -273,26 +275,28 @@ class SqliteStore:
 
         ``refusal`` builds the audit record of a newly rejected alert (the caller knows the mode).
         """
-        new = duplicates = evidence = rejected = ignored = resolved = 0
         opened: list[str] = []
         refusals: list[AuditRecord] = []
+        counts = dict.fromkeys(("evidence", "rejected", "ignored", "resolved"), 0)
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO notifications (received_at, group_key, receiver, status, alerts, new_alerts, truncated)"
                 " VALUES (?, ?, ?, ?, ?, 0, ?)",
-                (
-                    now,
-                    notification.groupKey,
-                    notification.receiver,
-                    notification.status,
-                    len(alerts),
-                    notification.truncatedAlerts,
-                ),
-            )
+                (now, notification.groupKey, notification.receiver, notification.status, len(alerts),
+                 notification.truncatedAlerts),
+            )  # fmt: skip
             notification_id = cur.lastrowid
-            incident_for: dict[tuple[str, str, str], str] = {}
+            # One look-up for the whole notification; the lock and BEGIN IMMEDIATE rule out races.
+            seen = self._existing_keys(db, alerts)
+            fresh: list[ClassifiedAlert] = []
             for item in alerts:
-                ident = item.identity
+                if item.key not in seen:
+                    seen.add(item.key)
+                    fresh.append(item)
+            incident_for: dict[tuple[str, str, str], str] = {}
+            rows = []
+            for item in fresh:
+                ident, a = item.identity, item.alert
                 incident_id: str | None = None
                 if item.disposition == "evidence" and ident is not None:
                     key = (ident.cluster, ident.workload, ident.attempt or "")
@@ -302,43 +306,43 @@ class SqliteStore:
                         incident_for[key] = incident_id
                         if was_opened:
                             opened.append(incident_id)
-                a = item.alert
-                cur = db.execute(
-                    "INSERT INTO alerts (fingerprint, starts_at, status, starts_at_ts, received_at, notification_id,"
-                    " disposition, reason, cluster, workload, attempt, labels, annotations, incident_id)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    (
-                        a.fingerprint, a.startsAt, a.status, item.starts_at, now, notification_id,
-                        item.disposition, item.reason,
-                        ident.cluster if ident else a.labels.get("cluster"),
-                        ident.workload if ident else a.labels.get("workload"),
-                        ident.attempt if ident else a.labels.get("attempt"),
-                        json.dumps(a.labels, sort_keys=True), json.dumps(a.annotations, sort_keys=True),
-                        incident_id,
-                    ),
-                )  # fmt: skip
-                if cur.rowcount == 0:
-                    duplicates += 1
-                    continue
-                new += 1
-                if item.disposition == "evidence":
-                    evidence += 1
-                elif item.disposition == "rejected":
-                    rejected += 1
+                counts[item.disposition] += 1
+                if item.disposition == "rejected":
                     record = refusal(item, now)
                     self._insert_record(db, record)
                     refusals.append(record)
-                elif item.disposition == "ignored":
-                    ignored += 1
-                else:
-                    resolved += 1
-            # An incident opened for alerts that all turned out to be duplicates has no evidence.
-            for incident_id in list(opened):
-                if not db.execute("SELECT 1 FROM alerts WHERE incident_id=? LIMIT 1", (incident_id,)).fetchone():
-                    db.execute("DELETE FROM incidents WHERE id=?", (incident_id,))
-                    opened.remove(incident_id)
-            db.execute("UPDATE notifications SET new_alerts=? WHERE id=?", (new, notification_id))
-        return IngestResult(new, duplicates, evidence, rejected, ignored, resolved, tuple(opened), tuple(refusals))
+                rows.append((
+                    a.fingerprint, a.startsAt, a.status, item.starts_at, now, notification_id, item.disposition,
+                    item.reason, ident.cluster if ident else a.labels.get("cluster"),
+                    ident.workload if ident else a.labels.get("workload"),
+                    ident.attempt if ident else a.labels.get("attempt"),
+                    to_json(a.labels).decode(), to_json(a.annotations).decode(), incident_id,
+                ))  # fmt: skip
+            db.executemany(
+                "INSERT INTO alerts (fingerprint, starts_at, status, starts_at_ts, received_at, notification_id,"
+                " disposition, reason, cluster, workload, attempt, labels, annotations, incident_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                rows,
+            )
+            db.execute("UPDATE notifications SET new_alerts=? WHERE id=?", (len(fresh), notification_id))
+        return IngestResult(
+            len(fresh), len(alerts) - len(fresh), counts["evidence"], counts["rejected"], counts["ignored"],
+            counts["resolved"], tuple(opened), tuple(refusals),
+        )  # fmt: skip
+
+    @staticmethod
+    def _existing_keys(db: sqlite3.Connection, alerts: Sequence[ClassifiedAlert]) -> set[tuple[str, str, str]]:
+        fingerprints = sorted({item.alert.fingerprint for item in alerts})
+        found: set[tuple[str, str, str]] = set()
+        for i in range(0, len(fingerprints), 500):
+            chunk = fingerprints[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in db.execute(
+                f"SELECT fingerprint, starts_at, status FROM alerts WHERE fingerprint IN ({marks})",  # noqa: S608
+                chunk,
+            ):
+                found.add((row[0], row[1], row[2]))
+        return found
 
     def _incident_for(
         self, db: sqlite3.Connection, key: tuple[str, str, str], scheduler: str | None, now: float, window: float

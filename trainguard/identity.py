@@ -8,6 +8,7 @@ the narrow form the scheduler itself gives such names before anything acts on it
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -103,18 +104,25 @@ class WorkloadIdentity:
 
 def identity_from_labels(labels: dict[str, str]) -> WorkloadIdentity:
     """Validate the identity labels of one alert; raises IdentityError naming the first bad value."""
-    cluster = validate_cluster(labels["cluster"])
-    scheduler = labels.get("scheduler") or None
+    return _identity(
+        labels["cluster"], labels["workload"], labels.get("scheduler") or None, labels.get("attempt") or None,
+        labels.get("host") or None, labels.get("rank") or None,
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=65536)
+def _identity(
+    cluster: str, workload: str, scheduler: str | None, attempt: str | None, host: str | None, rank: str | None
+) -> WorkloadIdentity:
+    """Cached: one notification repeats the same few identities thousands of times."""
+    validate_cluster(cluster)
     if scheduler is not None:
         validate_scheduler(scheduler)
-    workload = validate_workload(labels["workload"], scheduler)
-    attempt = labels.get("attempt") or None
+    validate_workload(workload, scheduler)
     if attempt is not None:
         validate_decimal("attempt", attempt)
-    host = labels.get("host") or None
     if host is not None:
         validate_host(host)
-    rank = labels.get("rank") or None
     if rank is not None:
         validate_decimal("rank", rank)
     return WorkloadIdentity(cluster, workload, scheduler, attempt, host, rank)

@@ -1,0 +1,179 @@
+"""Responder ingest benchmark: one 10,000-alert notification, and sustained notifications per second.
+
+Runs a real `trainguard serve` process pinned to one core (taskset, where available) and drives it
+from this process over loopback. Writes bench/results/ingest.json.
+
+  big notification: 8 ranks on each of 1,250 hosts report NCCL timeouts, one host an XID 79: time
+      to a 200 answer (stored durably) and to the single decision excluding that host;
+  sustained: distinct small notifications (8 alerts each, new workloads) from concurrent senders
+      for a fixed time: notifications and alerts stored per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.payloads import alert, nccl_storm_with_xid, notification  # noqa: E402
+
+TRAINGUARD = str(Path(sys.executable).parent / "trainguard")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    argv = [TRAINGUARD, "serve", "--port", str(port), "--db", str(db), "--log-level", "warning"]
+    if shutil.which("taskset"):
+        argv = ["taskset", "-c", "0", *argv]
+    env = {**os.environ, "TRAINGUARD_BREAKER__CORRELATED_WORKLOADS": "1000000"}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("trainguard serve did not become ready")
+
+
+def big_notification(url: str, trials: int) -> dict[str, Any]:
+    timings, decide, results = [], [], []
+    for trial in range(trials):
+        payload = nccl_storm_with_xid(ranks_per_host=8, hosts=1250, bad_host="gpu-777", workload=str(5000 + trial))
+        body = json.dumps(payload).encode()
+        start = time.perf_counter()
+        response = httpx.post(f"{url}/v1/alerts", content=body, headers={"content-type": "application/json"},
+                              timeout=60)  # fmt: skip
+        stored = time.perf_counter() - start
+        assert response.status_code == 200, response.text
+        decisions: list[dict[str, Any]] = []
+        while time.perf_counter() - start < 30:
+            decisions = httpx.get(f"{url}/v1/decisions", params={"workload": str(5000 + trial)}, timeout=30).json()[
+                "decisions"
+            ]
+            if decisions:
+                break
+            time.sleep(0.05)
+        decided = time.perf_counter() - start
+        timings.append(stored)
+        decide.append(decided)
+        results.append(
+            {"alerts": len(payload["alerts"]), "bytes": len(body), "stored_s": round(stored, 4),
+             "decided_s": round(decided, 3), "decisions": len(decisions),
+             "action": decisions[0]["action"] if decisions else None,
+             "excluded_nodes": decisions[0]["excluded_nodes"] if decisions else None}
+        )  # fmt: skip
+    return {
+        "alerts": 10001,
+        "ingest_s": summary(timings),
+        "to_decision_s": summary(decide),
+        "target_ingest_s": 1.0,
+        "meets_target": max(timings) < 1.0,
+        "one_decision_excluding_the_xid_host": all(
+            r["decisions"] == 1 and r["excluded_nodes"] == ["gpu-777"] for r in results
+        ),
+        "trials": results,
+    }
+
+
+async def sustained(url: str, seconds: float, concurrency: int) -> dict[str, Any]:
+    sent = 0
+    latencies: list[float] = []
+    stop = time.perf_counter() + seconds
+
+    async def sender(worker: int, client: httpx.AsyncClient) -> None:
+        nonlocal sent
+        n = 0
+        while time.perf_counter() < stop:
+            workload = str(100000 + worker * 1_000_000 + n)
+            alerts = [alert("TrainguardCollectiveTimeout", "collective_timeout", workload=workload, host=f"h{r}",
+                            rank=str(r), pattern="nccl_watchdog_timeout") for r in range(8)]  # fmt: skip
+            t0 = time.perf_counter()
+            response = await client.post("/v1/alerts", json=notification(alerts))
+            latencies.append(time.perf_counter() - t0)
+            assert response.status_code == 200
+            sent += 1
+            n += 1
+
+    start = time.perf_counter()
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        await asyncio.gather(*(sender(w, client) for w in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    return {
+        "seconds": round(elapsed, 2),
+        "concurrency": concurrency,
+        "alerts_per_notification": 8,
+        "notifications": sent,
+        "notifications_per_s": round(sent / elapsed, 1),
+        "alerts_per_s": round(8 * sent / elapsed, 1),
+        "latency_s": summary(latencies),
+    }
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    return {"min": round(ordered[0], 4), "median": round(statistics.median(ordered), 4), "p95": round(p95, 4),
+            "max": round(ordered[-1], 4), "n": len(ordered)}  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer trials, shorter sustained run")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ingest.json")
+    args = parser.parse_args()
+    trials, seconds = (2, 5.0) if args.quick else (5, 20.0)
+    with tempfile.TemporaryDirectory(prefix="trainguard-bench-") as tmp:
+        proc, url = start_server(Path(tmp) / "bench.db")
+        try:
+            print(f"big notification: {trials} trial(s) of 10,001 alerts ...", flush=True)
+            big = big_notification(url, trials)
+            print(f"  stored in {big['ingest_s']['median']:.3f}s (median), decided in {big['to_decision_s']['median']:.2f}s")
+            print(f"sustained: {seconds:.0f}s of 8-alert notifications from 8 concurrent senders ...", flush=True)
+            steady = asyncio.run(sustained(url, seconds, 8))
+            print(f"  {steady['notifications_per_s']} notifications/s ({steady['alerts_per_s']} alerts/s)")
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    result = {
+        "benchmark": "responder_ingest",
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                    "server_pinned_to_one_core": bool(shutil.which("taskset"))},  # fmt: skip
+        "big_notification": big,
+        "sustained": steady,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0 if big["meets_target"] and big["one_decision_excluding_the_xid_host"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,543 @@
+"""Slurm adapter: how trainguard's decisions become Slurm commands, verified by a fresh look.
+
+The core decides *what* (``ActionRequest``); this module decides *how*:
+
+- ``requeue_excluding``: mark the job (``AdminComment`` ``trainguard:held=<t>``), ``scontrol
+  requeuehold``, set the *whole* ``ExcNodeList`` (user's own exclusions + trainguard's wanted set,
+  pruned so the job still fits; stale trainguard exclusions cleared, since the list sticks across
+  requeues), ``scontrol release``, clear the hold mark, then verify with a fresh ``squeue --json``.
+- ``requeue`` (``scontrol requeue``), ``stop`` (``scancel``, the incident in ``AdminComment``),
+  ``hold``, ``release``, ``drain_node`` (``State=DRAIN Reason="trainguard: <incident>"``) and its
+  undo ``resume_node``.
+
+Idempotency: a request names the attempt it was decided for; Slurm's ``restart_cnt`` is the attempt.
+A job already past that attempt is not requeued again (an interrupted requeue whose hold is still in
+place is finished instead: exclusions set, job released). A held job carries the hold mark, so
+``trainguard watchdog`` can release it when a responder dies mid-action (fail-open).
+
+Every value reaching a command is validated again here (job id, node names, incident id) and a
+hostile value is refused before any command runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from responder.schedulers.base import (
+    Action,
+    ActionRequest,
+    ActionResult,
+    SchedulerError,
+    WorkloadObservation,
+    WorkloadState,
+)
+from responder.schedulers.slurm_cli import (
+    Runner,
+    SlurmCommands,
+    SubprocessRunner,
+    Transport,
+)
+from responder.schedulers.slurm_parse import (
+    Marker,
+    SlurmJob,
+    SlurmNode,
+    join_nodes,
+    parse_sinfo_json,
+    parse_squeue_json,
+    plan_exclusions,
+    valid_incident_id,
+)
+from trainguard.identity import IdentityError, validate_cluster, validate_host, validate_workload
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SlurmScheduler", "SlurmSettings"]
+
+
+class SlurmSettings(BaseModel):
+    """How trainguard reaches one Slurm cluster and what it may do there."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: str | None = Field(
+        None, description="Cluster name (CONTRACT §1); requests for another cluster are refused. None: any."
+    )
+    transport: Literal["local", "ssh"] = Field(
+        "local", description="local: run squeue/scontrol here; ssh: on ssh_host through the forced command."
+    )
+    slurm_conf: Path | None = Field(
+        None, description="SLURM_CONF for the local transport (default: Slurm's own, /etc/slurm/slurm.conf)."
+    )
+    command_timeout_s: float = Field(10.0, gt=0, le=300, description="Timeout of one Slurm command.")
+    ssh_host: str | None = Field(None, description="Head node for the ssh transport.")
+    ssh_user: str | None = Field(None, description="Remote user (an operator account of Slurm).")
+    ssh_port: int = Field(22, ge=1, le=65535, description="sshd port of the head node.")
+    ssh_key: Path | None = Field(None, description="Private key; its public half is the forced-command key.")
+    ssh_known_hosts: Path | None = Field(
+        None, description="known_hosts holding the head node's key (host keys are always checked)."
+    )
+    min_spare_nodes: int = Field(
+        0,
+        ge=0,
+        description="Exclusions are pruned (oldest first) until node_count + this many usable "
+        "nodes remain in the job's partitions.",
+    )
+    opt_in_token: str = Field(
+        "trainguard:policy=",
+        min_length=3,
+        description="A job opts in when its comment contains this token (sbatch --comment=trainguard:policy=default).",
+    )
+    opt_in_partitions: tuple[str, ...] = Field((), description="Every job in these partitions is opted in.")
+    require_opt_in: bool = Field(
+        True, description="Refuse (skip) job actions on jobs that did not opt in; release is always allowed."
+    )
+    max_drained_fraction: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Circuit breaker: at most this fraction of nodes (at least 1) drained "
+        "by trainguard at once; further drains are skipped.",
+    )
+    verify_timeout_s: float = Field(
+        5.0, ge=0, le=120, description="How long to poll squeue/sinfo for an action's effect to show."
+    )
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, v: str | None) -> str | None:
+        return None if v is None else validate_cluster(v)
+
+    @field_validator("ssh_host")
+    @classmethod
+    def _host(cls, v: str | None) -> str | None:
+        return None if v is None else validate_host(v)
+
+    @field_validator("ssh_user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        if v is not None and (
+            not v or not v.replace("-", "").replace("_", "").replace(".", "").isalnum() or v.startswith("-")
+        ):
+            raise ValueError(f"ssh_user {v!r} is not a user name")
+        return v
+
+    def transport_config(self) -> Transport:
+        if self.transport == "ssh" and not self.ssh_host:
+            raise ValueError("transport=ssh needs ssh_host")
+        return Transport(
+            kind=self.transport,
+            ssh_host=self.ssh_host,
+            ssh_user=self.ssh_user,
+            ssh_port=self.ssh_port,
+            ssh_key=str(self.ssh_key) if self.ssh_key else None,
+            ssh_known_hosts=str(self.ssh_known_hosts) if self.ssh_known_hosts else None,
+        )
+
+
+_REQUEUE_ACTIONS = (Action.REQUEUE, Action.REQUEUE_EXCLUDING)
+# States from which a job can be requeued: running, or ended badly (Slurm requeues finished batch jobs).
+_REQUEUEABLE = (WorkloadState.RUNNING, WorkloadState.FAILED, WorkloadState.COMPLETING)
+
+
+class SlurmScheduler:
+    """``Scheduler`` for Slurm 22.05+. Thread-safe as long as the runner is."""
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        settings: SlurmSettings,
+        runner: Runner | None = None,
+        registry: CollectorRegistry | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        if runner is None:
+            env = {"SLURM_CONF": str(settings.slurm_conf)} if settings.slurm_conf else None
+            runner = SubprocessRunner(env if settings.transport == "local" else None)
+        self.commands = SlurmCommands(settings.transport_config(), runner, settings.command_timeout_s, registry)
+        self._now = now
+        self._sleep = sleep
+
+    # ------------------------------------------------------------------------------- observation
+
+    def list_jobs(self) -> dict[str, SlurmJob]:
+        """Every job Slurm knows (22.05 ``squeue --json`` ignores ``-j``; we filter ourselves)."""
+        return parse_squeue_json(self.commands.run(["squeue", "--json"]))
+
+    def list_nodes(self) -> dict[str, SlurmNode]:
+        return parse_sinfo_json(self.commands.run(["sinfo", "--json"]))
+
+    def job(self, workload: str) -> SlurmJob | None:
+        """The job, or None when Slurm does not list it (finished more than MinJobAge ago, or never was)."""
+        return self.list_jobs().get(workload)
+
+    def opted_in(self, job: SlurmJob) -> bool:
+        return self.settings.opt_in_token in job.comment or bool(
+            set(job.partitions) & set(self.settings.opt_in_partitions)
+        )
+
+    def observation(self, job: SlurmJob) -> WorkloadObservation:
+        extra = {"slurm_state": job.slurm_state, "partition": ",".join(job.partitions)}
+        if job.batch_host:
+            extra["batch_host"] = job.batch_host
+        if job.marker.held_at is not None:
+            extra["trainguard_held_at"] = str(job.marker.held_at)
+        if job.marker.excluded:
+            extra["trainguard_excluded"] = ",".join(job.marker.excluded)
+        return WorkloadObservation(
+            workload=job.job_id,
+            state=job.state,
+            attempt=job.restart_cnt,
+            nodes=job.nodes,
+            excluded_nodes=job.excluded_nodes,
+            reason=job.reason if job.reason != "None" else "",
+            opted_in=self.opted_in(job),
+            extra=extra,
+        )
+
+    def observe(self, cluster: str, workload: str) -> WorkloadObservation:
+        self._check_cluster(cluster)
+        validate_workload(workload, scheduler="slurm")
+        job = self.job(workload)
+        if job is None:
+            return WorkloadObservation(
+                workload=workload,
+                state=WorkloadState.UNKNOWN,
+                reason="not listed by squeue (ended more than MinJobAge ago, or no such job)",
+            )
+        return self.observation(job)
+
+    # ------------------------------------------------------------------------------------ acting
+
+    def act(self, request: ActionRequest) -> ActionResult:
+        refusal = self._refuse(request)
+        if refusal is not None:
+            log.warning("refused %s for %s: %s", request.action, request.workload, refusal)
+            return ActionResult("failed", f"refused before any command: {refusal}")
+        try:
+            if request.action in (Action.DRAIN_NODE, Action.RESUME_NODE):
+                return self._node_action(request)
+            if request.action is Action.NONE:
+                return ActionResult("skipped", "action none: nothing to do")
+            return self._job_action(request)
+        except SchedulerError as exc:
+            return ActionResult("failed", f"slurm: {exc}")
+
+    def _check_cluster(self, cluster: str) -> None:
+        validate_cluster(cluster)
+        if self.settings.cluster is not None and cluster != self.settings.cluster:
+            raise IdentityError("cluster", cluster, f"this adapter's cluster {self.settings.cluster!r}")
+
+    def _refuse(self, request: ActionRequest) -> str | None:
+        """Validate every value that may reach a command; a reason to refuse, or None."""
+        try:
+            self._check_cluster(request.cluster)
+            if request.action in (Action.DRAIN_NODE, Action.RESUME_NODE):
+                if request.node is None:
+                    return f"{request.action} needs a node"
+                validate_host(request.node)
+            else:
+                validate_workload(request.workload, scheduler="slurm")
+            for node in request.exclude_nodes:
+                validate_host(node)
+        except IdentityError as exc:
+            return str(exc)
+        if request.attempt is not None and not (request.attempt.isdigit() and len(request.attempt) <= 9):
+            return f"attempt {request.attempt!r} is not a decimal number"
+        if not valid_incident_id(request.incident_id):
+            return f"incident id {request.incident_id!r} is not [A-Za-z0-9][A-Za-z0-9_.:-]{{0,127}}"
+        if request.action not in set(Action):
+            return f"unknown action {request.action!r}"
+        return None
+
+    # -- jobs
+
+    def _job_action(self, request: ActionRequest) -> ActionResult:
+        job = self.job(request.workload)
+        if job is None:
+            return ActionResult("failed", f"job {request.workload} is not listed by squeue; state unknown")
+        if request.action is not Action.RELEASE and self.settings.require_opt_in and not self.opted_in(job):
+            return ActionResult(
+                "skipped",
+                f"job {job.job_id} did not opt in (no {self.settings.opt_in_token!r} in its comment, "
+                "partition not allowlisted); observed only",
+            )
+        handler = {
+            Action.REQUEUE: self._requeue,
+            Action.REQUEUE_EXCLUDING: self._requeue,
+            Action.STOP: self._stop,
+            Action.HOLD: self._hold,
+            Action.RELEASE: self._release,
+        }[request.action]
+        return handler(request, job)
+
+    def _set_marker(self, job_id: str, marker: Marker) -> None:
+        self.commands.run(["scontrol", "update", f"JobId={job_id}", f"AdminComment={marker.format()}"])
+
+    def _requeue(self, request: ActionRequest, job: SlurmJob) -> ActionResult:
+        attempt = int(request.attempt) if request.attempt is not None else None
+        excluding = request.action is Action.REQUEUE_EXCLUDING
+        if attempt is not None and job.restart_cnt < attempt:
+            return ActionResult(
+                "skipped", f"job {job.job_id} is at attempt {job.restart_cnt}, request is for {attempt}"
+            )
+        ours_held = job.held and job.marker.held_at is not None
+        if attempt is not None and job.restart_cnt > attempt and not ours_held:
+            return ActionResult(
+                "done",
+                f"job {job.job_id} already past attempt {attempt} (restart_cnt={job.restart_cnt}, "
+                f"{job.slurm_state}); not requeued again",
+                verified=True,
+                excluded_nodes=job.marker.excluded,
+            )
+        if job.state in (WorkloadState.COMPLETED, WorkloadState.CANCELLED):
+            return ActionResult("skipped", f"job {job.job_id} is {job.slurm_state}; not requeued")
+        others_held = job.held and not ours_held
+        if ours_held:
+            mode = "finish"  # an earlier try held it and stopped before the release: finish, never requeue again
+        elif job.state in _REQUEUEABLE:
+            mode = "requeue"
+        elif job.state is WorkloadState.PENDING or others_held:
+            mode = "in_place"  # not started: nothing to requeue; exclusions can change in place
+        else:
+            return ActionResult("skipped", f"job {job.job_id} is {job.slurm_state}; cannot requeue")
+        if not excluding and mode == "in_place":
+            return ActionResult(
+                "done", f"job {job.job_id} is {job.slurm_state}, not running: nothing to requeue", verified=True
+            )
+
+        plan = (
+            plan_exclusions(request.exclude_nodes, job, self.list_nodes(), self.settings.min_spare_nodes)
+            if excluding
+            else None
+        )
+        acted_at = self._now()
+        now_s = int(acted_at.timestamp())
+        kept = job.marker
+        steps: list[str] = []
+        expect_restarts = job.restart_cnt
+        held_at = kept.held_at
+        if mode == "finish":
+            steps.append(f"finishing an interrupted action (held by trainguard since {kept.held_at})")
+        elif mode == "requeue" and plan is None:
+            self.commands.run(["scontrol", "requeue", job.job_id])
+            steps.append("scontrol requeue")
+            expect_restarts += 1
+        elif mode == "requeue":
+            held_at = now_s
+            # mark before holding, so a responder killed right after the hold leaves a job the watchdog frees
+            self._set_marker(job.job_id, Marker(held_at, kept.excluded, request.incident_id, None, kept.other))
+            try:
+                self.commands.run(["scontrol", "requeuehold", job.job_id])
+            except SchedulerError:
+                self._set_marker(job.job_id, kept)
+                raise
+            steps.append("requeuehold")
+            expect_restarts += 1
+        else:
+            steps.append(f"job {job.slurm_state} ({job.reason}): not started, exclusions updated in place")
+
+        applied = kept.excluded
+        if plan is not None:
+            applied = plan.applied
+            still_held = held_at if mode in ("finish", "requeue") else None
+            self.commands.run(
+                [
+                    "scontrol", "update", f"JobId={job.job_id}",
+                    f"ExcNodeList={join_nodes(plan.exc_node_list)}",
+                    f"AdminComment={Marker(still_held, applied, request.incident_id, None, kept.other).format()}",
+                ]
+            )  # fmt: skip
+            steps.append(f"ExcNodeList={join_nodes(plan.exc_node_list) or '(cleared)'}")
+            steps.extend(plan.notes)
+        if mode in ("finish", "requeue") and (plan is not None or mode == "finish"):
+            self.commands.run(["scontrol", "release", job.job_id])
+            steps.append("release")
+            self._set_marker(job.job_id, Marker(None, applied, request.incident_id, None, kept.other))
+        if others_held:
+            steps.append("left held: the hold is not trainguard's")
+
+        def done(j: SlurmJob) -> bool:
+            if j.restart_cnt < expect_restarts:
+                return False
+            if plan is not None and set(j.excluded_nodes) != set(plan.exc_node_list):
+                return False
+            if others_held:
+                return j.held
+            if j.state is WorkloadState.COMPLETING:
+                # 22.05 prints a requeued job whose old tasks are still ending as COMPLETING
+                return j.restart_cnt > job.restart_cnt
+            return j.state in (WorkloadState.PENDING, WorkloadState.RUNNING)
+
+        after = self._verify_job(job.job_id, done)
+        detail = "; ".join(steps)
+        detail += (
+            f"; verified: {after.slurm_state} attempt {after.restart_cnt}"
+            if after is not None
+            else "; not confirmed by a fresh squeue"
+        )
+        return ActionResult("done", detail, verified=after is not None, acted_at=acted_at, excluded_nodes=applied)
+
+    def _stop(self, request: ActionRequest, job: SlurmJob) -> ActionResult:
+        if job.state.is_terminal():
+            return ActionResult("done", f"job {job.job_id} already {job.slurm_state}; nothing to stop", True)
+        acted_at = self._now()
+        marker = Marker(None, job.marker.excluded, request.incident_id, int(acted_at.timestamp()), job.marker.other)
+        self._set_marker(job.job_id, marker)
+        self.commands.run(["scancel", job.job_id])
+        after = self._verify_job(
+            job.job_id, lambda j: j.state in (WorkloadState.CANCELLED, WorkloadState.COMPLETING)
+            or j.state.is_terminal()
+        )  # fmt: skip
+        return ActionResult(
+            "done",
+            f"scancel {job.job_id} (incident {request.incident_id}: {request.reason[:200]})"
+            + (f"; now {after.slurm_state}" if after else "; not confirmed by a fresh squeue"),
+            verified=after is not None,
+            acted_at=acted_at,
+        )
+
+    def _hold(self, request: ActionRequest, job: SlurmJob) -> ActionResult:
+        if job.held:
+            return ActionResult("done", f"job {job.job_id} already held ({job.reason})", True)
+        attempt = int(request.attempt) if request.attempt is not None else None
+        if attempt is not None and job.restart_cnt > attempt:
+            return ActionResult("done", f"job {job.job_id} already past attempt {attempt}; not held", True)
+        acted_at = self._now()
+        marker = Marker(int(acted_at.timestamp()), job.marker.excluded, request.incident_id, None, job.marker.other)
+        if job.state is WorkloadState.PENDING:
+            verb = "hold"
+        elif job.state in _REQUEUEABLE:
+            verb = "requeuehold"  # a running job cannot be held in place; it is requeued held
+        else:
+            return ActionResult("skipped", f"job {job.job_id} is {job.slurm_state}; cannot hold")
+        self._set_marker(job.job_id, marker)
+        try:
+            self.commands.run(["scontrol", verb, job.job_id])
+        except SchedulerError:
+            self._set_marker(job.job_id, job.marker)
+            raise
+        after = self._verify_job(job.job_id, lambda j: j.held)
+        return ActionResult(
+            "done",
+            f"scontrol {verb} {job.job_id}; trainguard's hold (the watchdog releases it after its lease)",
+            verified=after is not None,
+            acted_at=acted_at,
+        )
+
+    def _release(self, request: ActionRequest, job: SlurmJob) -> ActionResult:
+        del request
+        if not job.held:
+            if job.marker.held_at is not None:
+                self._set_marker(
+                    job.job_id,
+                    Marker(None, job.marker.excluded, job.marker.incident, job.marker.stopped_at, job.marker.other),
+                )
+            return ActionResult("done", f"job {job.job_id} is not held ({job.slurm_state})", True)
+        return self.release_job(job)
+
+    def release_job(self, job: SlurmJob) -> ActionResult:
+        """Release a held job and clear trainguard's hold mark (also used by the watchdog)."""
+        acted_at = self._now()
+        self.commands.run(["scontrol", "release", job.job_id])
+        if job.marker.held_at is not None:
+            self._set_marker(
+                job.job_id,
+                Marker(None, job.marker.excluded, job.marker.incident, job.marker.stopped_at, job.marker.other),
+            )
+        after = self._verify_job(job.job_id, lambda j: not j.held)
+        return ActionResult(
+            "done",
+            f"scontrol release {job.job_id}" + (f"; now {after.slurm_state}" if after else "; not confirmed"),
+            verified=after is not None,
+            acted_at=acted_at,
+        )
+
+    def _verify_job(self, job_id: str, ok: Callable[[SlurmJob], bool]) -> SlurmJob | None:
+        """Poll a fresh ``squeue --json`` until ``ok``; the job, or None if it never showed."""
+        deadline = time.monotonic() + self.settings.verify_timeout_s
+        while True:
+            job = self.job(job_id)
+            if job is not None and ok(job):
+                return job
+            if time.monotonic() >= deadline:
+                return None
+            self._sleep(0.05)
+
+    # -- nodes
+
+    def _node_action(self, request: ActionRequest) -> ActionResult:
+        node_name = request.node
+        assert node_name is not None  # checked by _refuse
+        nodes = self.list_nodes()
+        node = nodes.get(node_name)
+        if node is None:
+            return ActionResult("failed", f"node {node_name} is not known to Slurm")
+        if request.action is Action.DRAIN_NODE:
+            return self._drain(request, node, nodes)
+        return self._resume(node)
+
+    def _drain(self, request: ActionRequest, node: SlurmNode, nodes: dict[str, SlurmNode]) -> ActionResult:
+        if node.drained_by_trainguard:
+            return ActionResult("done", f"{node.name} already drained ({node.reason})", True)
+        if node.drain:
+            return ActionResult("skipped", f"{node.name} already drained by someone else ({node.reason}); left as is")
+        ours = sum(1 for n in nodes.values() if n.drained_by_trainguard)
+        limit = max(1, int(len(nodes) * self.settings.max_drained_fraction))
+        if ours >= limit:
+            return ActionResult(
+                "skipped",
+                f"circuit breaker: {ours} node(s) already drained by trainguard (limit {limit} of {len(nodes)})",
+            )
+        reason = f"trainguard: {request.incident_id}"
+        acted_at = self._now()
+        self.commands.run(["scontrol", "update", f"NodeName={node.name}", "State=DRAIN", f"Reason={reason}"])
+        after = self._verify_node(node.name, lambda n: n.drain)
+        return ActionResult(
+            "done",
+            f"drained {node.name} (Reason={reason!r})" + (f"; now {after.state}+DRAIN" if after else ""),
+            verified=after is not None,
+            acted_at=acted_at,
+        )
+
+    def _resume(self, node: SlurmNode) -> ActionResult:
+        if not node.drain and not node.down:
+            return ActionResult("done", f"{node.name} is not drained ({node.state})", True)
+        if not node.reason.startswith("trainguard:"):
+            return ActionResult(
+                "skipped", f"{node.name} was not drained by trainguard ({node.reason!r}); resume it yourself"
+            )
+        acted_at = self._now()
+        self.commands.run(["scontrol", "update", f"NodeName={node.name}", "State=RESUME"])
+        after = self._verify_node(node.name, lambda n: not n.drain and not n.down)
+        return ActionResult(
+            "done",
+            f"resumed {node.name}" + (f"; now {after.state}" if after else ""),
+            verified=after is not None,
+            acted_at=acted_at,
+        )
+
+    def _verify_node(self, name: str, ok: Callable[[SlurmNode], bool]) -> SlurmNode | None:
+        deadline = time.monotonic() + self.settings.verify_timeout_s
+        while True:
+            node = self.list_nodes().get(name)
+            if node is not None and ok(node):
+                return node
+            if time.monotonic() >= deadline:
+                return None
+            self._sleep(0.05)
+
+
+def held_too_long(jobs: Sequence[SlurmJob], now: float, max_hold_s: float) -> list[SlurmJob]:
+    """Jobs trainguard held (hold mark present, job held) for longer than ``max_hold_s``."""
+    return [j for j in jobs if j.held and j.marker.held_at is not None and now - j.marker.held_at >= max_hold_s]
