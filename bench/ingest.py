@@ -138,7 +138,7 @@ async def sustained(url: str, seconds: float, concurrency: int) -> dict[str, Any
 
 def summary(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return {"min": round(ordered[0], 4), "median": round(statistics.median(ordered), 4), "p95": round(p95, 4),
             "max": round(ordered[-1], 4), "n": len(ordered)}  # fmt: skip
 
@@ -154,7 +154,8 @@ def main() -> int:
         try:
             print(f"big notification: {trials} trial(s) of 10,001 alerts ...", flush=True)
             big = big_notification(url, trials)
-            print(f"  stored in {big['ingest_s']['median']:.3f}s (median), decided in {big['to_decision_s']['median']:.2f}s")
+            stored, decided = big["ingest_s"]["median"], big["to_decision_s"]["median"]
+            print(f"  stored in {stored:.3f}s (median), decided in {decided:.2f}s")
             print(f"sustained: {seconds:.0f}s of 8-alert notifications from 8 concurrent senders ...", flush=True)
             steady = asyncio.run(sustained(url, seconds, 8))
             print(f"  {steady['notifications_per_s']} notifications/s ({steady['alerts_per_s']} alerts/s)")
@@ -164,8 +165,12 @@ def main() -> int:
     result = {
         "benchmark": "responder_ingest",
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                    "server_pinned_to_one_core": bool(shutil.which("taskset"))},  # fmt: skip
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "server_pinned_to_one_core": bool(shutil.which("taskset")),
+        },
         "big_notification": big,
         "sustained": steady,
     }

@@ -124,7 +124,8 @@ class Demo:
             payload = notification(scene_alerts(original, original["workload"]))
             for _ in range(scene["times"]):
                 body = self.client.post("/v1/alerts", json=payload).json()
-                print(f"    Alertmanager re-sends {body['alerts']} alerts: {body['duplicates']} recognised as duplicates")
+                dup = body["duplicates"]
+                print(f"    Alertmanager re-sends {body['alerts']} alerts: {dup} recognised as duplicates")
             time.sleep(1.5)
             fresh = self.new_records(0, timeout=0)
             self.check(len(fresh) == expect["new_decisions"], f"{len(fresh)} new decision(s)")
