@@ -247,6 +247,7 @@ def create_app(
         return JSONResponse({"status": "ready", "time": rfc3339(clock.now())})
 
     async def metrics_endpoint(request: Request) -> Response:
+        await run_in_threadpool(engine.refresh_gauges)
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     loop_task: asyncio.Task[None] | None = None

@@ -73,6 +73,14 @@ class Engine:
         self.metrics.mode.labels(cluster).set(1 if mode == "act" else 0)
         log.warning("cluster %s switched to %s mode by %s", cluster, mode, changed_by)
 
+    def refresh_gauges(self) -> None:
+        """Gauges that depend on time, not events: a breaker closes when its cooldown ends."""
+        now = self.clock.now()
+        for cluster in self.store.tripped_clusters():
+            is_open = breaker.is_open(self.store, cluster, now, self.settings.breaker)
+            self.metrics.breaker_open.labels(cluster).set(1 if is_open else 0)
+        self.metrics.open_incidents.set(self.store.counts()["open_incidents"])
+
     # -- ingest ---------------------------------------------------------------------------------
 
     def ingest(self, notification: Notification) -> IngestResult:

@@ -113,17 +113,44 @@ class _Audit:
                 f.write(line + "\n")
 
 
+def _section(doc: dict[str, Any], cluster: str | None, source: str) -> dict[str, Any]:
+    """The SlurmSettings mapping in a config file: a ``slurm:`` section, the scheduler block of a
+    Slurm cluster in a responder config (``clusters.<name>.scheduler`` with ``kind: slurm``), or the
+    whole file."""
+    if "slurm" in doc:
+        section = doc["slurm"]
+        if not isinstance(section, dict):
+            raise ValueError(f"{source}: 'slurm' must be a mapping")
+        return dict(section)
+    clusters = doc.get("clusters")
+    if isinstance(clusters, dict):
+        slurm = {
+            name: c["scheduler"]
+            for name, c in clusters.items()
+            if isinstance(c, dict) and isinstance(c.get("scheduler"), dict) and c["scheduler"].get("kind") == "slurm"
+        }
+        if cluster is not None:
+            if cluster not in slurm:
+                raise ValueError(f"{source}: no Slurm scheduler configured for cluster {cluster!r}")
+            name = cluster
+        elif len(slurm) == 1:
+            name = next(iter(slurm))
+        else:
+            raise ValueError(f"{source}: {len(slurm)} Slurm clusters configured; name one with --cluster")
+        section = {k: v for k, v in slurm[name].items() if k != "kind"}
+        section.setdefault("cluster", name)
+        return section
+    return dict(doc)
+
+
 def load_settings(args: argparse.Namespace) -> SlurmSettings:
-    """SlurmSettings from ``--config`` (its ``slurm:`` section, or the whole file) plus flag overrides."""
+    """SlurmSettings from ``--config`` plus flag overrides (``--slurm-conf``, ``--cluster``)."""
     data: dict[str, Any] = {}
     if args.config is not None:
         doc = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
         if not isinstance(doc, dict):
             raise ValueError(f"{args.config}: expected a mapping")
-        section = doc.get("slurm", doc)
-        if not isinstance(section, dict):
-            raise ValueError(f"{args.config}: 'slurm' must be a mapping")
-        data.update(section)
+        data.update(_section(doc, args.cluster, str(args.config)))
     if args.slurm_conf is not None:
         data["slurm_conf"] = args.slurm_conf
     if args.cluster is not None:
@@ -181,9 +208,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", help="YAML file; its 'slurm:' section is SlurmSettings (transport, ssh_*, ...)")
+    parser.add_argument(
+        "--config",
+        help="YAML file: the responder's (clusters.<name>.scheduler with kind: slurm) or one with a 'slurm:' section",
+    )
     parser.add_argument("--slurm-conf", help="SLURM_CONF for the local transport")
-    parser.add_argument("--cluster", help="cluster name written into audit records")
+    parser.add_argument("--cluster", help="which cluster of --config; also the cluster in audit records")
     parser.add_argument(
         "--max-hold",
         type=_positive,

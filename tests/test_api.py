@@ -236,3 +236,16 @@ def test_health_ready_and_metrics(responder: Responder) -> None:
     assert responder.metric("trainguard_responder_decision_latency_seconds_count") == 1
     assert responder.metric("trainguard_responder_detection_latency_seconds_count") >= 1
     assert responder.metric("trainguard_responder_detection_latency_seconds_sum") > 0
+
+
+def test_unreachable_prometheus_means_deciding_from_alerts_and_saying_so(
+    make_responder: Callable[..., Responder],
+) -> None:
+    from tests.services import free_port  # noqa: PLC0415
+
+    responder = make_responder(prometheus_url=f"http://127.0.0.1:{free_port()}", prometheus_timeout_s=0.5)
+    responder.post(nccl_storm_with_xid(ranks_per_host=1, hosts=2, bad_host="gpu-002"))
+    [decision] = responder.wait_decisions()
+    assert decision["action"] == "requeue_excluding"
+    assert decision["excluded_nodes"] == ["gpu-002"]
+    assert any("Prometheus unreachable" in line for line in decision["attribution"]["explanation"])
