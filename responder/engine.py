@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from anyio import to_thread
@@ -62,6 +62,16 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._actions: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
+        # Called with every audit record once written or updated (the Loki mirror, the console's live
+        # view). A sink must return at once and never raise into the engine: it queues its work.
+        self.sinks: list[Callable[[AuditRecord], None]] = []
+
+    def _publish(self, record: AuditRecord) -> None:
+        for sink in self.sinks:
+            try:
+                sink(record)
+            except Exception:
+                log.exception("audit sink %r failed for %s", sink, record.id)
 
     # -- modes ----------------------------------------------------------------------------------
 
@@ -98,6 +108,7 @@ class Engine:
         for starts_at in {item.starts_at for item in classified if item.disposition == "evidence"}:
             m.detection_latency.observe(max(0.0, now - starts_at))
         for record in result.refusals:
+            self._publish(record)
             m.decisions.labels(record.cluster[:64], record.action, record.mode, record.outcome).inc()
             log.warning("refused alert: %s", record.reason)
         for incident_id in result.opened_incidents:
@@ -183,6 +194,7 @@ class Engine:
             return []
         self.metrics.breaker_open.labels(incident.cluster).set(1 if safety.tripped else 0)
         for record in records:
+            self._publish(record)
             self.metrics.decisions.labels(record.cluster, record.action, record.mode, record.outcome).inc()
             if record.received_at is not None:
                 self.metrics.decision_latency.observe(max(0.0, record.decided_at - record.received_at))
@@ -230,6 +242,7 @@ class Engine:
 
     def _finish(self, record: AuditRecord) -> None:
         self.store.update_outcome(record)
+        self._publish(record)
         self.metrics.decisions.labels(record.cluster, record.action, record.mode, record.outcome).inc()
         if record.acted_at is not None:
             self.metrics.action_latency.observe(max(0.0, record.acted_at - record.decided_at))

@@ -96,3 +96,16 @@ def test_reputation_decays_with_half_life(tmp_path: Path) -> None:
     assert isolation.reputation(h.store, "lab", h.clock.now(), ledger)["n3"] == pytest.approx(1.0)
     h.clock.advance(3600)
     assert isolation.reputation(h.store, "lab", h.clock.now(), ledger)["n3"] == pytest.approx(0.5)
+
+
+def test_sinks_see_every_record_and_a_failing_sink_harms_nothing(tmp_path: Path) -> None:
+    h = Harness(tmp_path, breaker=BreakerSettings(correlated_workloads=10))
+    seen: list[str] = []
+
+    def broken(record: AuditRecord) -> None:
+        raise RuntimeError("sink down")
+
+    h.engine.sinks += [broken, lambda record: seen.append(record.action)]
+    records = h.fault("101", "n1")
+    assert [r.action for r in records] == ["requeue_excluding"]
+    assert seen == ["requeue_excluding"]
