@@ -44,6 +44,15 @@ class RankProgress:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptProgress:
+    """What one attempt of the workload achieved (enrichment): newest checkpoint and step range."""
+
+    checkpoint_step: float | None
+    first_step: float | None
+    last_step: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Context:
     """What enrichment could add; ``available`` False when Prometheus was not asked or unreachable."""
 
@@ -51,6 +60,7 @@ class Context:
     note: str = "no Prometheus configured: decided from the alerts alone"
     progress: tuple[RankProgress, ...] = ()
     xid_hosts: dict[str, list[str]] = field(default_factory=dict)  # host -> XID codes seen in the window
+    attempts: dict[int, AttemptProgress] = field(default_factory=dict)  # the workload's attempts so far
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from responder import watchdog
 from responder.errors import ConfigError
 
 DEFAULT_URL = "http://127.0.0.1:9480"
@@ -77,11 +78,13 @@ def register(sub: Any) -> None:
     mode.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
     mode.set_defaults(handler=_mode)
 
-    # The watchdog subcommand is wired here once responder/watchdog.py lands (issue 5).
+    watchdog.add_parser(sub)
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn  # noqa: PLC0415 - only the server needs it
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415
+    from pydantic import ValidationError  # noqa: PLC0415
 
     from responder.app import create_app  # noqa: PLC0415
     from responder.clock import SystemClock  # noqa: PLC0415
@@ -93,8 +96,9 @@ def _serve(args: argparse.Namespace) -> int:
         settings = load_settings(args.config, host=args.host, port=args.port, db_path=args.db, log_level=args.log_level)
         settings.webhook_secret()
         settings.operator_secret()
-        scheduler = build_schedulers(settings)
-    except (ConfigError, ValueError) as exc:
+        registry = CollectorRegistry()
+        scheduler = build_schedulers(settings, registry)
+    except (ConfigError, ValueError, ValidationError) as exc:
         print(f"trainguard serve: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
@@ -102,7 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     log = logging.getLogger("trainguard")
     store = SqliteStore(settings.db_path)
-    app = create_app(settings, store, scheduler, SystemClock())
+    app = create_app(settings, store, scheduler, SystemClock(), registry=registry)
     modes = {name: app.state.engine.mode(name) for name in settings.clusters}
     log.info(
         "trainguard responder on http://%s:%d, store %s, default mode %s, clusters %s, webhook token %s",

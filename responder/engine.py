@@ -166,7 +166,9 @@ class Engine:
         mode = self.mode(incident.cluster)
         carried = self.store.workload_nodes(incident.cluster, incident.workload)
         severities = {a.labels.get("severity", "") for a in alerts}
-        chosen = plan(verdict, incident.attempt or None, cluster_settings.policy, carried, severities - {""})
+        chosen = plan(
+            verdict, incident.attempt or None, cluster_settings.policy, carried, severities - {""}, context.attempts
+        )
         base = _Base(incident, alerts, verdict, mode, now)
 
         records = []

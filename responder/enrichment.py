@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from prometheus_api_client import PrometheusConnect
 
-from responder.attribution import Context, RankProgress
+from responder.attribution import AttemptProgress, Context, RankProgress
 from responder.store import Incident, StoredAlert
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,9 @@ class NoEnrichment:
 
 
 class PrometheusEnricher:
-    def __init__(self, url: str, timeout_s: float, window_s: float = 300.0) -> None:
+    def __init__(self, url: str, timeout_s: float, window_s: float = 300.0, history_s: float = 86400.0) -> None:
         self.url = url
+        self.history_s = history_s
         self.timeout_s = timeout_s
         self.window_s = window_s
         self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
@@ -53,10 +54,37 @@ class PrometheusEnricher:
             progress = _progress(rows)
             hosts = {p.host for p in progress} | {a.labels["host"] for a in alerts if a.labels.get("host")}
             xids = self._xids(sorted(hosts)) if hosts else {}
+            attempts = self._attempts(incident)
         except Exception as exc:  # noqa: BLE001 - any failure means "decide without Prometheus"
             log.warning("enrichment from %s failed: %s", self.url, exc)
             return Context(available=False, note=f"Prometheus unreachable ({type(exc).__name__}): decided from alerts")
-        return Context(available=True, note="enriched from Prometheus", progress=tuple(progress), xid_hosts=xids)
+        return Context(
+            available=True,
+            note="enriched from Prometheus",
+            progress=tuple(progress),
+            xid_hosts=xids,
+            attempts=attempts,
+        )
+
+    def _attempts(self, incident: Incident) -> dict[int, AttemptProgress]:
+        """Per attempt of the workload: newest checkpoint saved in it and the steps it ran."""
+        selector = f'cluster="{incident.cluster}",workload="{incident.workload}"'
+        lookback = f"{int(self.history_s)}s"
+        series = {
+            "checkpoint": f"max by (attempt) (max_over_time(trainguard_checkpoint_last_saved_step{{{selector}}}"
+            f"[{lookback}]))",
+            "first": f"min by (attempt) (min_over_time(trainguard_rank_step{{{selector}}}[{lookback}]))",
+            "last": f"max by (attempt) (max_over_time(trainguard_rank_step{{{selector}}}[{lookback}]))",
+        }
+        values: dict[int, dict[str, float]] = {}
+        for key, promql in series.items():
+            for row in self._query(promql):
+                attempt = row["metric"].get("attempt", "")
+                if attempt.isdigit():
+                    values.setdefault(int(attempt), {})[key] = float(row["value"][1])
+        return {
+            a: AttemptProgress(v.get("checkpoint"), v.get("first"), v.get("last")) for a, v in sorted(values.items())
+        }
 
     def _xids(self, hosts: list[str]) -> dict[str, list[str]]:
         pattern = "|".join(re.escape(h) for h in hosts)

@@ -8,10 +8,10 @@ attempts stay excluded (Slurm's ExcNodeList is replaced as a whole, so the list 
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from responder.attribution import Verdict
+from responder.attribution import AttemptProgress, Verdict
 from responder.schedulers.base import Action
 from responder.settings import PolicySettings
 
@@ -23,13 +23,51 @@ class Plan:
     excluded_nodes: tuple[str, ...] = ()
 
 
+def checkpoint_gate(attempts: Mapping[int, AttemptProgress], attempt: int, limit: int) -> str | None:
+    """Why retrying is unproductive, or None: the last ``limit`` attempts wrote no new checkpoint.
+
+    An attempt made progress when it saved a checkpoint newer than every earlier attempt's. Telling the
+    two failures apart matters to whoever fixes them: steps advancing without checkpoints means saving
+    fails (storage, permissions, a bug in the save path); no steps past the last checkpoint means the
+    job cannot get going at all.
+    """
+    if attempt + 1 < limit or not attempts:
+        return None  # too few attempts to judge, or nothing known (no Prometheus): the alerts decide
+    window = range(attempt - limit + 1, attempt + 1)
+    best_before = max(
+        (p.checkpoint_step for a, p in attempts.items() if a < window.start and p.checkpoint_step is not None),
+        default=-1.0,
+    )
+    for a in window:
+        progress = attempts.get(a)
+        if progress is not None and progress.checkpoint_step is not None and progress.checkpoint_step > best_before:
+            return None
+    furthest = max((p.last_step for a, p in attempts.items() if a in window and p.last_step is not None), default=None)
+    span = f"attempts {window.start}-{attempt}"
+    if furthest is not None and furthest > best_before + 1:
+        return (
+            f"{span} trained up to step {furthest:g} but saved no checkpoint newer than step {best_before:g}: "
+            "checkpoint saving is failing; retrying cannot make durable progress"
+        )
+    return f"{span} made no progress past the checkpoint of step {best_before:g}: retrying is not productive"
+
+
 def plan(
-    verdict: Verdict, attempt: str | None, policy: PolicySettings, carried: Collection[str], severities: Collection[str]
+    verdict: Verdict,
+    attempt: str | None,
+    policy: PolicySettings,
+    carried: Collection[str],
+    severities: Collection[str],
+    attempts: Mapping[int, AttemptProgress] | None = None,
 ) -> Plan:
-    """The action for one incident; ``carried`` are nodes implicated in the workload's earlier attempts."""
+    """The action for one incident; ``carried`` are nodes implicated in the workload's earlier attempts,
+    ``attempts`` what each attempt achieved (from Prometheus; empty without enrichment)."""
     if severities and set(severities) <= {"info"}:
         return Plan(Action.NONE, "only informational alerts: nothing to do")
-    if "no_progress" in verdict.categories:
+    gate = checkpoint_gate(attempts or {}, int(attempt), policy.no_progress_attempts) if attempt else None
+    if gate is not None:
+        action, reason = policy.no_progress, gate
+    elif "no_progress" in verdict.categories:
         action, reason = policy.no_progress, "retries are not productive: attempts wrote no new checkpoint"
     elif attempt is not None and int(attempt) + 1 >= policy.max_attempts:
         action = Action.STOP

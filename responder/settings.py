@@ -34,6 +34,9 @@ class PolicySettings(BaseModel):
     app: Action = Field(Action.STOP, description="the application's own error: retrying cannot help")
     no_progress: Action = Field(Action.STOP, description="attempts that write no new checkpoint")
     max_attempts: int = Field(5, ge=1, description="stop a workload that reached this many attempts")
+    no_progress_attempts: int = Field(
+        3, ge=1, description="stop after this many attempts in a row without a new checkpoint (needs Prometheus)"
+    )
     max_excluded_nodes: int = Field(8, ge=0, description="most nodes excluded from one workload")
 
 

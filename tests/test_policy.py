@@ -47,3 +47,29 @@ def test_info_only_does_nothing_and_overrides_apply() -> None:
     assert plan(_v("infra", ("n1",)), "0", P, set(), {"info"}).action == Action.NONE
     policy = PolicySettings(app=Action.HOLD)
     assert plan(_v("app"), "0", policy, set(), {"critical"}).action == Action.HOLD
+
+
+def test_three_attempts_without_a_new_checkpoint_stop_with_the_cause() -> None:
+    from responder.attribution import AttemptProgress  # noqa: PLC0415
+    from responder.policy import checkpoint_gate  # noqa: PLC0415
+
+    saving_fails = {0: AttemptProgress(100, 0, 180), 1: AttemptProgress(None, 100, 190),
+                    2: AttemptProgress(None, 100, 185), 3: AttemptProgress(None, 100, 170)}  # fmt: skip
+    chosen = plan(_v("infra", ("n1",)), "3", P, set(), {"critical"}, saving_fails)
+    assert chosen.action == Action.STOP
+    assert "checkpoint saving is failing" in chosen.reason
+    assert "attempts 1-3" in chosen.reason
+
+    stuck = {0: AttemptProgress(100, 0, 120), 1: AttemptProgress(None, 100, 100), 2: AttemptProgress(None, 100, 101)}
+    reason = checkpoint_gate(stuck, 2, 2)
+    assert reason is not None
+    assert "no progress past the checkpoint of step 100" in reason
+
+    progressing = {
+        0: AttemptProgress(100, 0, 120),
+        1: AttemptProgress(None, 100, 130),
+        2: AttemptProgress(200, 100, 210),
+    }
+    assert checkpoint_gate(progressing, 2, 3) is None
+    assert plan(_v("infra", ("n1",)), "2", P, set(), {"critical"}, progressing).action == Action.REQUEUE_EXCLUDING
+    assert checkpoint_gate({}, 1, 3) is None  # too few attempts to judge

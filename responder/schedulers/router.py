@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from prometheus_client import CollectorRegistry
+
 from responder.schedulers.base import ActionRequest, ActionResult, Scheduler, SchedulerError, WorkloadObservation
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import Settings
@@ -32,9 +34,14 @@ class ClusterSchedulers:
         return self._for(cluster).observe(cluster, workload)
 
 
-def build_schedulers(settings: Settings) -> ClusterSchedulers:
-    """Adapters from ``clusters.<name>.scheduler`` ({kind: slurm|recording, ...})."""
+def build_schedulers(settings: Settings, registry: CollectorRegistry | None = None) -> ClusterSchedulers:
+    """Adapters from ``clusters.<name>.scheduler`` ({kind: slurm|recording, ...}).
+
+    With a ``registry``, each adapter's command counters and the scheduler's own view (Slurm: job
+    and node states of watched workloads) are exported with the responder's metrics.
+    """
     adapters: dict[str, Scheduler] = {}
+    slurm_metrics = None
     for name, cluster in settings.clusters.items():
         if cluster.scheduler is None:
             continue
@@ -43,9 +50,16 @@ def build_schedulers(settings: Settings) -> ClusterSchedulers:
         if kind == "recording":
             adapters[name] = RecordingScheduler(outcome="done")
         elif kind == "slurm":
-            from responder.schedulers.slurm import SlurmScheduler, SlurmSettings  # noqa: PLC0415 - optional adapter
+            from responder.schedulers.slurm import SlurmScheduler, SlurmSettings  # noqa: PLC0415
+            from responder.schedulers.slurm_cli import SlurmCommandMetrics  # noqa: PLC0415
+            from responder.slurm_collector import SlurmCollector  # noqa: PLC0415
 
-            adapters[name] = SlurmScheduler(SlurmSettings(**config))
+            if registry is not None and slurm_metrics is None:
+                slurm_metrics = SlurmCommandMetrics(registry)
+            adapter = SlurmScheduler(SlurmSettings(**{"cluster": name, **config}), metrics=slurm_metrics)
+            adapters[name] = adapter
+            if registry is not None:
+                registry.register(SlurmCollector(adapter, name))
         else:
             raise ValueError(f"clusters.{name}.scheduler.kind: {kind!r} is not one of: slurm, recording")
     return ClusterSchedulers(adapters)

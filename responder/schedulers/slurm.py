@@ -6,6 +6,8 @@ The core decides *what* (``ActionRequest``); this module decides *how*:
   requeuehold``, set the *whole* ``ExcNodeList`` (user's own exclusions + trainguard's wanted set,
   pruned so the job still fits; stale trainguard exclusions cleared, since the list sticks across
   requeues), ``scontrol release``, clear the hold mark, then verify with a fresh ``squeue --json``.
+  A job that already ended (FAILED...) cannot be marked, so it is ``scontrol requeue``d and its
+  ExcNodeList set while it waits out its BeginTime (``cred_expire``).
 - ``requeue`` (``scontrol requeue``), ``stop`` (``scancel``, the incident in ``AdminComment``),
   ``hold``, ``release``, ``drain_node`` (``State=DRAIN Reason="trainguard: <incident>"``) and its
   undo ``resume_node``.
@@ -22,6 +24,7 @@ hostile value is refused before any command runs.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Literal
 
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from responder.schedulers.base import (
     Action,
@@ -41,6 +44,7 @@ from responder.schedulers.base import (
 )
 from responder.schedulers.slurm_cli import (
     Runner,
+    SlurmCommandMetrics,
     SlurmCommands,
     SubprocessRunner,
     Transport,
@@ -60,6 +64,8 @@ from trainguard.identity import IdentityError, validate_cluster, validate_host, 
 log = logging.getLogger(__name__)
 
 __all__ = ["SlurmScheduler", "SlurmSettings"]
+
+_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 
 
 class SlurmSettings(BaseModel):
@@ -123,15 +129,17 @@ class SlurmSettings(BaseModel):
     @field_validator("ssh_user")
     @classmethod
     def _user(cls, v: str | None) -> str | None:
-        if v is not None and (
-            not v or not v.replace("-", "").replace("_", "").replace(".", "").isalnum() or v.startswith("-")
-        ):
+        if v is not None and not _USER.fullmatch(v):
             raise ValueError(f"ssh_user {v!r} is not a user name")
         return v
 
-    def transport_config(self) -> Transport:
+    @model_validator(mode="after")
+    def _ssh_needs_host(self) -> SlurmSettings:
         if self.transport == "ssh" and not self.ssh_host:
             raise ValueError("transport=ssh needs ssh_host")
+        return self
+
+    def transport_config(self) -> Transport:
         return Transport(
             kind=self.transport,
             ssh_host=self.ssh_host,
@@ -142,13 +150,12 @@ class SlurmSettings(BaseModel):
         )
 
 
-_REQUEUE_ACTIONS = (Action.REQUEUE, Action.REQUEUE_EXCLUDING)
-# States from which a job can be requeued: running, or ended badly (Slurm requeues finished batch jobs).
-_REQUEUEABLE = (WorkloadState.RUNNING, WorkloadState.FAILED, WorkloadState.COMPLETING)
-
-
 class SlurmScheduler:
-    """``Scheduler`` for Slurm 22.05+. Thread-safe as long as the runner is."""
+    """``Scheduler`` for Slurm 22.05+. Thread-safe as long as the runner is.
+
+    ``registry``: where the seam's command metrics go (a private registry when None). Several
+    adapters on one registry must share one ``metrics=SlurmCommandMetrics(registry)`` instead.
+    """
 
     name = "slurm"
 
@@ -157,6 +164,7 @@ class SlurmScheduler:
         settings: SlurmSettings,
         runner: Runner | None = None,
         registry: CollectorRegistry | None = None,
+        metrics: SlurmCommandMetrics | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -164,7 +172,13 @@ class SlurmScheduler:
         if runner is None:
             env = {"SLURM_CONF": str(settings.slurm_conf)} if settings.slurm_conf else None
             runner = SubprocessRunner(env if settings.transport == "local" else None)
-        self.commands = SlurmCommands(settings.transport_config(), runner, settings.command_timeout_s, registry)
+        self.commands = SlurmCommands(
+            settings.transport_config(),
+            runner,
+            settings.command_timeout_s,
+            metrics if metrics is not None else SlurmCommandMetrics(registry),
+            settings.cluster or "default",
+        )
         self._now = now
         self._sleep = sleep
 
@@ -292,7 +306,8 @@ class SlurmScheduler:
                 "skipped", f"job {job.job_id} is at attempt {job.restart_cnt}, request is for {attempt}"
             )
         ours_held = job.held and job.marker.held_at is not None
-        if attempt is not None and job.restart_cnt > attempt and not ours_held:
+        past = attempt is not None and job.restart_cnt > attempt
+        if past and not ours_held and not (excluding and job.state is WorkloadState.PENDING):
             return ActionResult(
                 "done",
                 f"job {job.job_id} already past attempt {attempt} (restart_cnt={job.restart_cnt}, "
@@ -302,11 +317,17 @@ class SlurmScheduler:
             )
         if job.state in (WorkloadState.COMPLETED, WorkloadState.CANCELLED):
             return ActionResult("skipped", f"job {job.job_id} is {job.slurm_state}; not requeued")
+        if job.state is WorkloadState.COMPLETING:
+            return ActionResult("failed", f"job {job.job_id} is COMPLETING; its final state is not known yet")
         others_held = job.held and not ours_held
         if ours_held:
             mode = "finish"  # an earlier try held it and stopped before the release: finish, never requeue again
-        elif job.state in _REQUEUEABLE:
+        elif past:
+            mode = "in_place"  # requeued already (by an earlier try or by Slurm), not started: exclusions only
+        elif job.state is WorkloadState.RUNNING:
             mode = "requeue"
+        elif job.state is WorkloadState.FAILED:
+            mode = "requeue_ended"  # Slurm refuses AdminComment on an ended job, so no marked hold (below)
         elif job.state is WorkloadState.PENDING or others_held:
             mode = "in_place"  # not started: nothing to requeue; exclusions can change in place
         else:
@@ -321,6 +342,19 @@ class SlurmScheduler:
             if excluding
             else None
         )
+        if (
+            mode == "in_place"
+            and plan is not None
+            and set(job.excluded_nodes) == set(plan.exc_node_list)
+            and set(job.marker.excluded) == set(plan.applied)
+        ):
+            why = f"already past attempt {attempt}; not requeued again" if past else "not started"
+            return ActionResult(
+                "done",
+                f"job {job.job_id} {job.slurm_state}, {why}; exclusions already in place",
+                verified=True,
+                excluded_nodes=plan.applied,
+            )
         acted_at = self._now()
         now_s = int(acted_at.timestamp())
         kept = job.marker
@@ -329,7 +363,9 @@ class SlurmScheduler:
         held_at = kept.held_at
         if mode == "finish":
             steps.append(f"finishing an interrupted action (held by trainguard since {kept.held_at})")
-        elif mode == "requeue" and plan is None:
+        elif mode == "requeue_ended" or (mode == "requeue" and plan is None):
+            # For an ended job: requeue, then set the exclusions while it waits out its BeginTime
+            # (cred_expire, >= 5 s). A crash in between leaves it runnable without them: fail-open.
             self.commands.run(["scontrol", "requeue", job.job_id])
             steps.append("scontrol requeue")
             expect_restarts += 1
@@ -415,9 +451,11 @@ class SlurmScheduler:
             return ActionResult("done", f"job {job.job_id} already past attempt {attempt}; not held", True)
         acted_at = self._now()
         marker = Marker(int(acted_at.timestamp()), job.marker.excluded, request.incident_id, None, job.marker.other)
+        if job.state is WorkloadState.COMPLETING:
+            return ActionResult("failed", f"job {job.job_id} is COMPLETING; its final state is not known yet")
         if job.state is WorkloadState.PENDING:
             verb = "hold"
-        elif job.state in _REQUEUEABLE:
+        elif job.state is WorkloadState.RUNNING:
             verb = "requeuehold"  # a running job cannot be held in place; it is requeued held
         else:
             return ActionResult("skipped", f"job {job.job_id} is {job.slurm_state}; cannot hold")

@@ -100,6 +100,33 @@ class Transport:
         return [*cmd, "--", self.ssh_host, shlex.join(argv)]
 
 
+class SlurmCommandMetrics:
+    """The seam's metrics. One instance per registry: share it between the adapters of several
+    clusters (``SlurmScheduler(..., metrics=m)``); the ``cluster`` label tells them apart."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.calls = Counter(
+            "trainguard_slurm_commands",
+            "Slurm commands run by trainguard, by command and result (ok, exit, timeout, spawn).",
+            ["cluster", "command", "result"],
+            registry=self.registry,
+        )
+        self.failures = Counter(
+            "trainguard_slurm_command_failures",
+            "Slurm commands that failed (non-zero exit, timeout, could not start).",
+            ["cluster", "command", "reason"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "trainguard_slurm_command_duration_seconds",
+            "Wall time of Slurm commands run by trainguard.",
+            ["cluster", "command"],
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+
+
 class SlurmCommands:
     """The seam. ``run(["squeue", "--json"])`` returns stdout or raises ``SchedulerError``."""
 
@@ -108,39 +135,23 @@ class SlurmCommands:
         transport: Transport,
         runner: Runner,
         timeout: float = 10.0,
-        registry: CollectorRegistry | None = None,
+        metrics: SlurmCommandMetrics | None = None,
+        cluster: str = "default",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.transport = transport
         self._runner = runner
         self._timeout = timeout
         self._clock = clock
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        self.calls = Counter(
-            "trainguard_slurm_commands",
-            "Slurm commands run by trainguard, by command and result (ok, exit, timeout, spawn).",
-            ["command", "result"],
-            registry=self.registry,
-        )
-        self.failures = Counter(
-            "trainguard_slurm_command_failures",
-            "Slurm commands that failed (non-zero exit, timeout, could not start).",
-            ["command", "reason"],
-            registry=self.registry,
-        )
-        self.duration = Histogram(
-            "trainguard_slurm_command_duration_seconds",
-            "Wall time of Slurm commands run by trainguard.",
-            ["command"],
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=self.registry,
-        )
+        self._cluster = cluster
+        self.metrics = metrics if metrics is not None else SlurmCommandMetrics()
+        self.registry = self.metrics.registry
         self.failure_count = 0
 
     def _fail(self, verb: str, reason: str) -> None:
         self.failure_count += 1
-        self.failures.labels(verb, reason).inc()
-        self.calls.labels(verb, reason).inc()
+        self.metrics.failures.labels(self._cluster, verb, reason).inc()
+        self.metrics.calls.labels(self._cluster, verb, reason).inc()
 
     def run(self, argv: Sequence[str]) -> str:
         if not argv or argv[0] not in VERBS:
@@ -159,11 +170,11 @@ class SlurmCommands:
             self._fail(verb, "spawn")
             raise SchedulerError(f"{shlex.join(argv)}: could not run: {exc}") from exc
         finally:
-            self.duration.labels(verb).observe(max(0.0, self._clock() - started))
+            self.metrics.duration.labels(self._cluster, verb).observe(max(0.0, self._clock() - started))
         if result.returncode != 0:
             self._fail(verb, "exit")
             err = SlurmCommandError(argv, result.returncode, result.stderr)
             log.warning("slurm command failed: %s", err)
             raise err
-        self.calls.labels(verb, "ok").inc()
+        self.metrics.calls.labels(self._cluster, verb, "ok").inc()
         return result.stdout

@@ -1,0 +1,1 @@
+"""HTML templates of the console (``responder/console.py``); values are escaped before substitution."""
