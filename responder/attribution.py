@@ -27,6 +27,10 @@ from responder.store import StoredAlert
 HARD_INFRA = frozenset({"infra_gpu", "infra_node", "node_lost"})
 SOFT_INFRA = frozenset({"infra_network", "straggler", "hang"})
 SYMPTOMS = frozenset({"collective_timeout", "crash"})
+# Log patterns that a rank prints when a *peer* fails (the catalog's descriptions say "sympathetic"):
+# a dead rank makes every survivor report a broken socket or a remote error. They are symptoms, like
+# collective timeouts, and never implicate the host that printed them.
+SYMPATHETIC_PATTERNS = frozenset({"nccl_remote_error", "nccl_socket_error", "tcpstore_socket_timeout", "sigkill"})
 IMPLICATE_AT = 1.0  # score a host needs before it is blamed
 CRASH_WEIGHT = 0.5  # a crash adds to other evidence on its host but never blames it alone
 FABRIC_SHARE = 0.5  # network errors from at least this share of hosts (and >= 3) mean the fabric
@@ -137,7 +141,8 @@ def attribute(alerts: Sequence[StoredAlert], context: Context | None = None) -> 
 
     for g in groups:
         if g.category == "collective_timeout":
-            explanation.append(_line(g, "a symptom (every surviving rank reports it): implicates nobody"))
+            what = "a peer failed (sympathetic)" if g.name in SYMPATHETIC_PATTERNS else "every surviving rank reports it"
+            explanation.append(_line(g, f"a symptom ({what}): implicates nobody"))
         elif g.category == "crash":
             for host in g.hosts:
                 scores[host] += CRASH_WEIGHT
@@ -179,6 +184,8 @@ def _group(alerts: Iterable[StoredAlert]) -> list[_Group]:
         labels = alert.labels
         category = labels.get("category", "")
         name = labels.get("pattern") or labels.get("alertname", "")
+        if name in SYMPATHETIC_PATTERNS:
+            category = "collective_timeout"  # scored as the symptom it is; the explanation names it
         group = groups.setdefault((category, name), _Group(category, name))
         group.count += 1
         if labels.get("rank"):

@@ -79,3 +79,12 @@ def test_xids_found_by_enrichment_implicate() -> None:
     context = Context(available=True, note="", xid_hosts={"h4": ["79"]})
     verdict = attribute([_a("collective_timeout", "h4", "4")], context)
     assert verdict.implicated == ("h4",)
+
+
+def test_sympathetic_socket_errors_from_survivors_do_not_blame_them() -> None:
+    alerts = [_a("infra_network", "h1", "0", "nccl_socket_error"), _a("infra_network", "h3", "2", "nccl_remote_error"),
+              _a("crash", "h2", "1", "TrainguardRankCrash")]  # fmt: skip
+    verdict = attribute(alerts)
+    assert verdict.implicated == ()
+    assert verdict.failure_class == "unknown"
+    assert any("sympathetic" in line for line in verdict.explanation)
