@@ -141,7 +141,8 @@ def attribute(alerts: Sequence[StoredAlert], context: Context | None = None) -> 
 
     for g in groups:
         if g.category == "collective_timeout":
-            what = "a peer failed (sympathetic)" if g.name in SYMPATHETIC_PATTERNS else "every surviving rank reports it"
+            sympathetic = g.name in SYMPATHETIC_PATTERNS
+            what = "a peer failed (sympathetic)" if sympathetic else "every surviving rank reports it"
             explanation.append(_line(g, f"a symptom ({what}): implicates nobody"))
         elif g.category == "crash":
             for host in g.hosts:
