@@ -1,0 +1,369 @@
+"""The exporter wired together, driven poll by poll with a fresh registry (no HTTP here)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+import respx
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporters.exporter import Exporter, ExporterConfig
+from exporters.fastpath import FastPath
+from exporters.metrics import SafeCollector
+from exporters.nvml import NvmlCollector
+from exporters.patterns import load_catalog
+from exporters.state import DEFAULT_PROGRESS_PATTERNS, Identity
+from tests.services import wait_until
+
+CATALOG = load_catalog()
+XID79 = "[ 8901.2] NVRM: Xid (PCI:0000:10:1c): 79, pid=1896, name=python3, GPU has fallen off the bus.\n"
+AM = "http://am.test:9093"
+
+
+def _config(tmp_path: Path, **kw: Any) -> ExporterConfig:
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    (tmp_path / "progress").mkdir(exist_ok=True)
+    base: dict[str, Any] = {
+        "cluster": "lab",
+        "host": "gpu-017",
+        "log_globs": [str(tmp_path / "logs" / "*.log")],
+        "progress_dir": tmp_path / "progress",
+        "nvml": False,
+    }
+    base.update(kw)
+    return ExporterConfig(**base)
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+def _labels(pattern: str, category: str, **ident: str) -> dict[str, str]:
+    base = {"cluster": "lab", "workload": "", "scheduler": "", "attempt": "", "rank": "", "host": "gpu-017"}
+    base.update(ident)
+    return {**base, "pattern": pattern, "category": category}
+
+
+def _state(tmp_path: Path, rank: str, log: Path | None, pid: int | None = None, **ident: str) -> None:
+    identity = {"scheduler": "slurm", "workload": "4242", "attempt": "2", "rank": rank, "host": "gpu-017", **ident}
+    streams = []
+    if log is not None:
+        st = log.stat()
+        streams.append({"fd": 1, "path": str(log), "dev": st.st_dev, "ino": st.st_ino})
+    state = {"version": 1, "pid": pid or os.getpid(), "identity": identity, "streams": streams, "step": 5}
+    (tmp_path / "progress" / f"4242-a2-r{rank}.json").write_text(json.dumps(state))
+
+
+def test_counts_matches_per_identity_and_precreates_zeros(tmp_path: Path, registry: CollectorRegistry) -> None:
+    cfg = _config(tmp_path)
+    log = tmp_path / "logs" / "worker.log"
+    log.write_text("")
+    _state(tmp_path, "3", log)
+    exp = Exporter(cfg, registry)
+    exp.poll_once()
+    ident = {"workload": "4242", "scheduler": "slurm", "attempt": "2", "rank": "3"}
+    # every pattern exists at 0 for the known identity before anything matched
+    for p in CATALOG:
+        assert (
+            registry.get_sample_value("trainguard_log_pattern_matches_total", _labels(p.id, p.category, **ident)) == 0
+        )
+    with log.open("a") as f:
+        f.write("step 1 ok\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
+        f.write("[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    exp.poll_once()
+    value = registry.get_sample_value
+    assert value("trainguard_log_pattern_matches_total", _labels("cuda_illegal_address", "app_error", **ident)) == 1
+    # the line names its own rank: that wins over the file's rank
+    assert (
+        value("trainguard_log_pattern_matches_total", _labels("cuda_oom", "app_error", **{**ident, "rank": "6"})) == 1
+    )
+    assert value("trainguard_exporter_log_lines_total") == 3
+    assert value("trainguard_exporter_log_matches_total") == 2
+    assert value("trainguard_exporter_log_files_followed") == 1
+
+
+def test_rank_from_file_name_and_configured_workload(tmp_path: Path, registry: CollectorRegistry) -> None:
+    cfg = _config(tmp_path, workload="ml/llama", scheduler="jobset", attempt="1")
+    exp = Exporter(cfg, registry)
+    exp.poll_once()
+    (tmp_path / "logs" / "train-rank12.log").write_text(
+        "ncclRemoteError: A call failed possibly due to a network error\n"
+    )
+    exp.poll_once()
+    labels = _labels(
+        "nccl_remote_error", "infra_network", workload="ml/llama", scheduler="jobset", attempt="1", rank="12"
+    )
+    assert registry.get_sample_value("trainguard_log_pattern_matches_total", labels) == 1
+
+
+def test_no_created_series(tmp_path: Path, registry: CollectorRegistry) -> None:
+    exp = Exporter(_config(tmp_path, workload="4242", scheduler="slurm", attempt="0"), registry)
+    exp.poll_once()
+    (tmp_path / "logs" / "a.log").write_text(XID79)
+    exp.poll_once()
+    text = generate_latest(registry).decode()
+    assert "trainguard_log_pattern_matches_total{" in text
+    assert "_created" not in text
+
+
+def test_flood_grows_no_series_and_no_buffers(tmp_path: Path, registry: CollectorRegistry) -> None:
+    exp = Exporter(_config(tmp_path), registry)
+    exp.poll_once()
+    log = tmp_path / "logs" / "k.log"
+    log.write_text(XID79)
+    exp.poll_once()
+    series_before = len(exp.counters.counts)
+    with log.open("a") as f:
+        f.write(XID79 * 60_000)
+    exp.poll_once()
+    assert len(exp.counters.counts) == series_before
+    assert (
+        registry.get_sample_value("trainguard_log_pattern_matches_total", _labels("xid_79_fallen_off_bus", "infra_gpu"))
+        == 60_001
+    )
+    assert all(len(f.partial) == 0 for f in exp.source.files.values())
+
+
+def test_identity_cap_folds_ranks(tmp_path: Path, registry: CollectorRegistry) -> None:
+    exp = Exporter(_config(tmp_path, max_identities=3), registry)
+    exp.poll_once()
+    lines = "".join(f"[rank{i}]: RuntimeError: CUDA error: device-side assert triggered\n" for i in range(50))
+    (tmp_path / "logs" / "all.log").write_text(lines)
+    exp.poll_once()
+    assert len(exp.counters.identities) <= 4
+    assert (registry.get_sample_value("trainguard_exporter_identity_overflow_total") or 0) > 0
+    total = sum(v for (_, pid), v in exp.counters.counts.items() if pid == "cuda_device_assert")
+    assert total == 50
+
+
+def test_log_progress_parser(tmp_path: Path, registry: CollectorRegistry) -> None:
+    clock = {"t": 100.0}
+    cfg = _config(tmp_path, progress_patterns=list(DEFAULT_PROGRESS_PATTERNS), workload="4242", scheduler="slurm")
+    exp = Exporter(cfg, registry, clock=lambda: clock["t"])
+    exp.poll_once()
+    log = tmp_path / "logs" / "train.log"
+    log.write_text("[rank0]: step 10 | loss 2.1\n[rank1]: step 10 | loss 2.1\n")
+    exp.poll_once()
+    clock["t"] = 104.0
+    with log.open("a") as f:
+        f.write("[rank0]: step 12 | loss 2.0\n iteration      7/  500000 | consumed samples: 1\n")
+    exp.poll_once()
+    base = {"cluster": "lab", "workload": "4242", "scheduler": "slurm", "attempt": "0", "host": "gpu-017"}
+    assert registry.get_sample_value("trainguard_rank_step", {**base, "rank": "0"}) == 12
+    assert registry.get_sample_value("trainguard_rank_step_duration_seconds", {**base, "rank": "0"}) == 2.0
+    assert registry.get_sample_value("trainguard_rank_last_step_timestamp_seconds", {**base, "rank": "1"}) == 100.0
+    assert registry.get_sample_value("trainguard_rank_step", {**base, "rank": ""}) == 7
+
+
+def _posted(route: respx.Route) -> list[dict[str, Any]]:
+    alerts: list[dict[str, Any]] = []
+    for call in route.calls:
+        alerts += json.loads(call.request.content)
+    return alerts
+
+
+def test_fast_path_posts_critical_infra_matches_once(tmp_path: Path, registry: CollectorRegistry) -> None:
+    with respx.mock(assert_all_called=False) as mock:
+        route = mock.post(f"{AM}/api/v2/alerts").mock(return_value=httpx.Response(200))
+        fp = FastPath(AM, client=httpx.Client())
+        exp = Exporter(_config(tmp_path, workload="4242", scheduler="slurm", attempt="0"), registry, fastpath=fp)
+        fp.start()
+        try:
+            exp.poll_once()
+            (tmp_path / "logs" / "a.log").write_text(
+                "RuntimeError: CUDA error: an illegal memory access was encountered\n" + XID79 + XID79
+            )
+            exp.poll_once()
+            wait_until(lambda: route.called, 10, what="the fast-path post")
+        finally:
+            fp.stop()
+        alerts = _posted(route)
+    assert len(alerts) == 1, "app errors are not fast-pathed; the repeat is deduplicated"
+    assert alerts[0]["annotations"]["runbook_url"].endswith("runbook.md#trainguardloginfragpu")
+    assert alerts[0]["labels"] == {
+        "alertname": "TrainguardLogInfraGpu",
+        "cluster": "lab",
+        "workload": "4242",
+        "scheduler": "slurm",
+        "attempt": "0",
+        "host": "gpu-017",
+        "category": "infra_gpu",
+        "pattern": "xid_79_fallen_off_bus",
+        "severity": "critical",
+    }
+    assert alerts[0]["endsAt"] > alerts[0]["startsAt"]
+    assert registry.get_sample_value("trainguard_exporter_fastpath_alerts_total", {"outcome": "sent"}) == 1
+    assert registry.get_sample_value("trainguard_exporter_fastpath_alerts_total", {"outcome": "deduplicated"}) == 1
+
+
+def test_fast_path_reports_a_dead_rank(tmp_path: Path, registry: CollectorRegistry) -> None:
+    with respx.mock(assert_all_called=False) as mock:
+        route = mock.post(f"{AM}/api/v2/alerts").mock(return_value=httpx.Response(200))
+        fp = FastPath(AM, client=httpx.Client())
+        exp = Exporter(_config(tmp_path), registry, fastpath=fp)
+        alive = {"yes": True}
+        exp.tracker.alive = lambda pid, start: alive["yes"]
+        _state(tmp_path, "4", None)
+        exp.poll_once()
+        alive["yes"] = False
+        exp.poll_once()
+        fp.start()
+        try:
+            wait_until(lambda: route.called, 10, what="the fast-path post")
+        finally:
+            fp.stop()
+        alerts = _posted(route)
+    assert [a["labels"]["alertname"] for a in alerts] == ["TrainguardRankCrashed"]
+    assert alerts[0]["labels"]["rank"] == "4"
+    assert alerts[0]["labels"]["category"] == "crash"
+
+
+def test_fast_path_never_blocks_and_counts_failures() -> None:
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(f"{AM}/api/v2/alerts").mock(return_value=httpx.Response(500))
+        fp = FastPath(AM, client=httpx.Client(), queue_size=2)
+        for i in range(5):  # the sender is not started: the queue fills, then drops
+            fp.submit({"alertname": "X", "rank": str(i)}, {})
+        assert fp.stats["dropped"] == 3
+        assert fp.send([{"labels": {"alertname": "X"}}]) is False
+        assert fp.stats["failed"] == 1
+        fp.client.close()
+
+
+class FakeNVMLError(Exception):
+    pass
+
+
+class FakeTimeout(FakeNVMLError):
+    pass
+
+
+def fake_nvml(events: list[int]) -> SimpleNamespace:
+    """pynvml's surface as the collector uses it: two GPUs, GPU 1 with two NVLinks."""
+    handles = ["h0", "h1"]
+    pending = list(events)
+    lock = threading.Lock()
+
+    def wait(es: object, ms: int) -> SimpleNamespace:
+        with lock:
+            if pending:
+                return SimpleNamespace(eventType=0x8, eventData=pending.pop(0), device="h1")
+        raise FakeTimeout
+
+    def nvlink_state(h: str, link: int) -> int:
+        if h == "h1" and link < 2:
+            return 1 if link == 0 else 0
+        raise FakeNVMLError("not supported")
+
+    return SimpleNamespace(
+        NVMLError=FakeNVMLError,
+        NVMLError_Timeout=FakeTimeout,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: handles[i],
+        nvmlDeviceGetIndex=handles.index,
+        nvmlEventSetCreate=lambda: "es",
+        nvmlEventSetFree=lambda es: None,
+        nvmlDeviceGetSupportedEventTypes=lambda h: 0xF,
+        nvmlDeviceRegisterEvents=lambda h, mask, es: None,
+        nvmlEventSetWait=wait,
+        nvmlDeviceGetTotalEccErrors=lambda h, kind, counter: 3 if h == "h1" else 0,
+        nvmlDeviceGetRemappedRows=lambda h: (0, 2, False, h == "h1"),
+        nvmlDeviceGetNvLinkState=nvlink_state,
+        nvmlDeviceGetNvLinkErrorCounter=lambda h, link, counter: 7,
+    )
+
+
+def test_nvml_collector_with_a_fake_nvml(registry: CollectorRegistry) -> None:
+    nv = fake_nvml([79, 79, 48, 5000])
+    rank = Identity("lab", "4242", "slurm", "0", "9", "gpu-017")
+    # GPU 1 is used by rank 9 (as the progress hook records it); GPU 0 by nobody
+    col = NvmlCollector(
+        "lab", "gpu-017", nv, known_xids=[79, 48], wait_ms=10, identity_for_gpu=lambda g, u: rank if g == "1" else None
+    )
+    registry.register(col)
+    assert col.start()
+    try:
+        xid = {**rank._asdict(), "gpu": "1"}
+        gpu1 = {"cluster": "lab", "host": "gpu-017", "gpu": "1"}
+        nobody = {"cluster": "lab", "workload": "", "scheduler": "", "attempt": "", "rank": "", "host": "gpu-017"}
+        wait_until(
+            lambda: registry.get_sample_value("trainguard_gpu_xid_errors_total", {**xid, "xid": "other"}) == 1,
+            10,
+            what="fake XID events",
+        )
+        value = registry.get_sample_value
+        assert value("trainguard_gpu_xid_errors_total", {**xid, "xid": "79"}) == 2
+        assert value("trainguard_gpu_xid_errors_total", {**xid, "xid": "48"}) == 1
+        assert value("trainguard_gpu_xid_errors_total", {**nobody, "gpu": "0", "xid": "79"}) == 0, "pre-created"
+        assert value("trainguard_gpu_ecc_uncorrected_volatile_total", gpu1) == 3
+        assert value("trainguard_gpu_row_remap_failure", gpu1) == 1
+        assert value("trainguard_gpu_row_remap_failure", {**gpu1, "gpu": "0"}) == 0
+        assert value("trainguard_gpu_remapped_rows_uncorrectable_total", gpu1) == 2
+        assert value("trainguard_gpu_nvlink_up", {**gpu1, "link": "0"}) == 1
+        assert value("trainguard_gpu_nvlink_up", {**gpu1, "link": "1"}) == 0
+        assert value("trainguard_gpu_nvlink_up", {**gpu1, "gpu": "0", "link": "0"}) is None
+        assert value("trainguard_gpu_nvlink_errors_total", {**gpu1, "link": "0", "counter": "replay"}) == 7
+        assert value("trainguard_nvml_up", {"cluster": "lab", "host": "gpu-017"}) == 1
+    finally:
+        col.stop()
+
+
+def test_no_nvml_is_one_log_line_not_a_crash(registry: CollectorRegistry, caplog: pytest.LogCaptureFixture) -> None:
+    def broken_init() -> None:
+        raise FakeNVMLError("NVML Shared Library Not Found")
+
+    nv = SimpleNamespace(NVMLError=FakeNVMLError, nvmlInit=broken_init)
+    col = NvmlCollector("lab", "gpu-017", nv)
+    registry.register(col)
+    with caplog.at_level(logging.INFO, logger="trainguard.exporter"):
+        assert col.start() is False
+    assert [r.getMessage() for r in caplog.records if "NVML" in r.getMessage()] == [
+        "NVML collector off: NVML unavailable (NVML Shared Library Not Found)"
+    ]
+    assert registry.get_sample_value("trainguard_nvml_up", {"cluster": "lab", "host": "gpu-017"}) == 0
+    col.stop()
+
+
+def test_nvml_not_installed_in_this_environment(registry: CollectorRegistry) -> None:
+    col = NvmlCollector("lab", "gpu-017")
+    registry.register(col)
+    col.start()  # on a machine without nvidia-ml-py or a driver: off, no exception
+    assert registry.get_sample_value("trainguard_nvml_up", {"cluster": "lab", "host": "gpu-017"}) in (0, 1)
+    col.stop()
+
+
+def test_a_failing_collector_costs_its_metrics_only(registry: CollectorRegistry) -> None:
+    errors: list[BaseException] = []
+
+    class Broken:
+        def collect(self) -> Iterator[Any]:
+            raise RuntimeError("boom")
+
+    registry.register(SafeCollector(Broken(), errors.append))
+    generate_latest(registry)
+    assert len(errors) == 1
+
+
+def test_kernel_log_counts_under_the_node_identity(tmp_path: Path, registry: CollectorRegistry) -> None:
+    kern = tmp_path / "kern.log"
+    kern.write_text("")
+    exp = Exporter(_config(tmp_path, kernel_log=str(kern)), registry)
+    exp.poll_once()
+    xid = _labels("xid_79_fallen_off_bus", "infra_gpu")
+    assert registry.get_sample_value("trainguard_log_pattern_matches_total", xid) == 0, "pre-created"
+    with kern.open("a") as f:
+        f.write(XID79.replace("[", "[rank3] ", 1))  # a kernel line never names a rank
+    exp.poll_once()
+    assert registry.get_sample_value("trainguard_log_pattern_matches_total", xid) == 1

@@ -1,0 +1,238 @@
+"""The pattern catalog: every row on its own example and counterexample, benign lines, tokens, scan CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporters.cli import scan_stream
+from exporters.patterns import (
+    CATEGORIES,
+    REGEX_PREFILTER,
+    CatalogError,
+    Matcher,
+    Pattern,
+    line_host,
+    line_rank,
+    load_catalog,
+    parse_catalog,
+)
+from trainguard.cli import main
+
+DATA = Path(__file__).parent / "data" / "exporter"
+CATALOG = load_catalog()
+MATCHER = Matcher(CATALOG)
+APP_XIDS = {13, 31, 43, 45, 68}
+XID = "NVRM: Xid (PCI:0000:10:1c): 79, pid=1896, name=python3, GPU has fallen off the bus.\n"
+
+
+def _extra_examples() -> list[tuple[str, bool, str]]:
+    lines = (DATA / "pattern_examples.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    text = "".join(line for line in lines if not line.startswith("#"))
+    return [(r["id"], r["matches"] == "yes", r["line"]) for r in csv.DictReader(io.StringIO(text))]
+
+
+@pytest.mark.parametrize("pattern", CATALOG, ids=lambda p: p.id)
+def test_row_matches_its_example_through_the_whole_catalog(pattern: Pattern) -> None:
+    if pattern.prefilter != (REGEX_PREFILTER,):
+        assert any(s in pattern.example for s in pattern.prefilter), "example must contain a prefilter string"
+    assert MATCHER.match_line(pattern.example) is pattern
+    found = list(MATCHER.scan((pattern.example + "\n").encode()))
+    assert [m.pattern.id for m in found] == [pattern.id]
+
+
+@pytest.mark.parametrize("pattern", CATALOG, ids=lambda p: p.id)
+def test_row_does_not_match_its_counterexample(pattern: Pattern) -> None:
+    assert pattern.counterexample, "every row has a near miss"
+    assert not pattern.regex.search(pattern.counterexample)
+
+
+@pytest.mark.parametrize(("pid", "matches", "line"), _extra_examples(), ids=lambda v: v if isinstance(v, str) else "")
+def test_extra_examples(pid: str, matches: bool, line: str) -> None:
+    assert pid in MATCHER.by_id
+    got = MATCHER.match_line(line)
+    if matches:
+        assert got is not None
+        assert got.id == pid
+    else:
+        assert got is None or got.id != pid
+
+
+def test_benign_lines_match_nothing() -> None:
+    data = (DATA / "benign.log").read_bytes()
+    assert list(MATCHER.scan(data)) == []
+    for line in data.decode().splitlines():
+        assert MATCHER.match_line(line) is None, line
+
+
+def test_catalog_shape() -> None:
+    ids = [p.id for p in CATALOG]
+    assert len(ids) == len(set(ids))
+    assert {p.category for p in CATALOG} == set(CATEGORIES)
+    required = {
+        "nccl_watchdog_timeout",
+        "nccl_unhandled_cuda_error",
+        "nccl_remote_error",
+        "nccl_internal_error",
+        "cuda_illegal_address",
+        "cuda_launch_failure",
+        "cuda_uncorrectable_ecc",
+        "ib_completion_error",
+        "nccl_socket_error",
+        "gloo_timeout",
+        "torch_elastic_child_failed",
+        "cuda_oom",
+        "nan_loss",
+        "segfault",
+        "sigkill",
+        "host_oom_killer",
+        "xid_79_fallen_off_bus",
+        "xid_other",
+    }
+    assert required <= set(ids)
+    assert ids[-1] == "xid_other", "the catch-all XID row comes last"
+
+
+@pytest.mark.parametrize("pattern", [p for p in CATALOG if p.id.startswith("xid_")], ids=lambda p: p.id)
+def test_xid_category_follows_the_xid_table(pattern: Pattern) -> None:
+    m = re.fullmatch(r"xid_(\d+)_[a-z0-9_]+", pattern.id)
+    if m is None:
+        assert pattern.id == "xid_other"
+        assert pattern.category == "infra_gpu"
+        return
+    code = int(m.group(1))
+    assert pattern.category == ("app_error" if code in APP_XIDS else "infra_gpu")
+    line = f"NVRM: Xid (PCI:0000:10:1c): {code}, pid=1, name=python3, test"
+    assert MATCHER.match_line(line) is pattern
+
+
+def test_unknown_xid_is_xid_other() -> None:
+    got = MATCHER.match_line("NVRM: Xid (PCI:0000:10:1c): 1234, pid=1")
+    assert got is not None
+    assert got.id == "xid_other"
+
+
+@pytest.mark.parametrize(
+    ("line", "rank", "host"),
+    [
+        ("[rank12]:[E1129 ProcessGroupNCCL.cpp:1] something", "12", None),
+        ("[PG ID 0 PG GUID 0(default_pg) Rank 7] Exception", "7", None),
+        ("  rank      : 5 (local_rank: 5)", "5", None),
+        ("  host      : gpu-042.cluster.local", None, "gpu-042.cluster.local"),
+        ("gpu-017:12345:12390 [3] NCCL WARN x", None, "gpu-017"),
+        ("3: gpu-017:12345:12390 [3] NCCL WARN x", "3", "gpu-017"),
+        ("12:34:56 INFO nothing here", None, None),
+        ("bad_host!:1:2 [0] NCCL WARN", None, None),
+    ],
+)
+def test_rank_and_host_tokens(line: str, rank: str | None, host: str | None) -> None:
+    assert line_rank(line) == rank
+    assert line_host(line) == host
+
+
+def test_scan_counts_lines_across_chunks() -> None:
+    lines = ["ok line"] * 5000
+    lines[10] = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    lines[4321] = "[rank2]: step 3 | loss nan"
+    out = io.StringIO()
+    data = ("\n".join(lines)).encode()  # no final newline
+    n = scan_stream(MATCHER, io.BytesIO(data), out)
+    rows = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert n == 2
+    assert rows == [
+        {"line": 11, "pattern": "cuda_illegal_address", "category": "app_error"},
+        {"line": 4322, "pattern": "nan_loss", "category": "app_error", "rank": 2},
+    ]
+
+
+def test_patterns_scan_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(
+        "gpu-017:1:2 [0] NCCL INFO Connected all rings\n"
+        "gpu-017:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.1<1> with error 12, opcode 0\n"
+    )
+    assert main(["patterns", "scan", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out) == {
+        "line": 2,
+        "pattern": "ib_completion_error",
+        "category": "infra_network",
+        "host": "gpu-017",
+    }
+    assert main(["patterns", "scan", str(tmp_path / "missing.log")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["patterns", "list"]) == 0
+    assert "xid_79_fallen_off_bus" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("id,category\nx,app_error\n", "header"),
+        (
+            "id,category,severity,prefilter,regex,description,example,counterexample\nX,app_error,info,a,a,d,a,b\n",
+            "snake",
+        ),
+        (
+            "id,category,severity,prefilter,regex,description,example,counterexample\nx,bogus,info,a,a,d,a,b\n",
+            "category",
+        ),
+        (
+            "id,category,severity,prefilter,regex,description,example,counterexample\nx,app_error,huge,a,a,d,a,b\n",
+            "severity",
+        ),
+        (
+            "id,category,severity,prefilter,regex,description,example,counterexample\nx,app_error,info,a,(,d,a,b\n",
+            "compile",
+        ),
+        (
+            "id,category,severity,prefilter,regex,description,example,counterexample\n"
+            "x,app_error,info,a,a,d,a,b\nx,app_error,info,a,a,d,a,b\n",
+            "twice",
+        ),
+        (
+            "id,category,severity,prefilter,regex,description,example,counterexample\nx,app_error,info,,a,d,a,b\n",
+            "prefilter",
+        ),
+    ],
+)
+def test_catalog_errors_name_the_problem(text: str, message: str) -> None:
+    with pytest.raises(CatalogError, match=message):
+        parse_catalog(text)
+
+
+def test_patterns_scan_reads_standard_input() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "trainguard.cli", "patterns", "scan", "-"],
+        input=b"fine\n[rank4]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n",
+        capture_output=True,
+        check=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert json.loads(out.stdout) == {
+        "line": 2,
+        "pattern": "cuda_uncorrectable_ecc",
+        "category": "infra_gpu",
+        "rank": 4,
+    }
+
+
+def test_repeated_lines_keep_their_own_rank() -> None:
+    matcher = Matcher(CATALOG)
+    tail = " Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, Timeout(ms)=1)\n"
+    data = (f"[Rank 3]{tail}[Rank 5]{tail}[ 1.5] {XID}[Sat Nov 28 10:01:02 2026] {XID}").encode()
+    found = [(m.pattern.id, m.rank) for m in matcher.scan(data)]
+    assert found == [
+        ("nccl_watchdog_timeout", "3"),
+        ("nccl_watchdog_timeout", "5"),
+        ("xid_79_fallen_off_bus", None),
+        ("xid_79_fallen_off_bus", None),
+    ]
