@@ -155,28 +155,39 @@ class Exporter:
         return Identity(self.config.cluster, *ctx.workload, rank, host)
 
     # -- log loop -------------------------------------------------------------------------------------
+    def _kernel_identities(self) -> list[Identity]:
+        """A kernel line (an XID) hurts every workload running on this node: count it for each live
+        one, rank "" (node level); with none running, under the node alone (workload "")."""
+        c = self.config
+        if c.workload:
+            return [Identity(c.cluster, c.workload, c.scheduler or "", c.attempt or "0", "", c.host)]
+        live = sorted({(i.workload, i.scheduler, i.attempt) for i in self.tracker.live_identities()})
+        return [Identity(c.cluster, *w, "", c.host) for w in live] or [Identity(c.cluster, "", "", "", "", c.host)]
+
     def on_lines(self, f: Follower, data: bytes) -> None:
         ctx = self._context(f)
         for m in self.matcher.scan(data):
-            ident = self.counters.add(self._identity(ctx, f.kernel, m.rank, m.host), m.pattern)
+            targets = self._kernel_identities() if f.kernel else [self._identity(ctx, False, m.rank, m.host)]
             self.matches += 1
-            if self.fastpath is not None and m.pattern.pages:
-                alertname = LOG_PATTERN_ALERTS[m.pattern.category]
-                self.fastpath.submit(
-                    {
-                        "alertname": alertname,
-                        **ident._asdict(),
-                        "pattern": m.pattern.id,
-                        "category": m.pattern.category,
-                        "severity": "critical",
-                    },
-                    {
-                        "summary": f"{m.pattern.id} in {ident.workload or '?'} rank {ident.rank or '?'}"
-                        f" on {ident.host}",
-                        "description": f"{m.pattern.description}. Line: {m.text[:300]}",
-                        "runbook_url": runbook_url(alertname),
-                    },
-                )
+            for target in targets:
+                ident = self.counters.add(target, m.pattern)
+                if self.fastpath is not None and m.pattern.pages:
+                    alertname = LOG_PATTERN_ALERTS[m.pattern.category]
+                    self.fastpath.submit(
+                        {
+                            "alertname": alertname,
+                            **ident._asdict(),
+                            "pattern": m.pattern.id,
+                            "category": m.pattern.category,
+                            "severity": "critical",
+                        },
+                        {
+                            "summary": f"{m.pattern.id} in {ident.workload or '?'} rank {ident.rank or '?'}"
+                            f" on {ident.host}",
+                            "description": f"{m.pattern.description}. Line: {m.text[:300]}",
+                            "runbook_url": runbook_url(alertname),
+                        },
+                    )
         if self.progress_rx is not None and not f.kernel:
             self._parse_progress(ctx, data)
 
@@ -204,8 +215,9 @@ class Exporter:
             if not f.kernel:
                 ctx = self._context(f)
                 self.counters.precreate(self._identity(ctx, False))
-        if self.config.kernel_log:  # kernel lines count under the node's identity (rank "")
-            self.counters.precreate(Identity(self.config.cluster, *self._default_workload(), "", self.config.host))
+        if self.config.kernel_log:  # kernel lines count per live workload on the node (rank "")
+            for ident in self._kernel_identities():
+                self.counters.precreate(ident)
         if self.nvml is not None and self.nvml.up:
             for gpu, _ in self.nvml.gpus:
                 self.nvml.precreate(gpu)

@@ -241,6 +241,15 @@ class ProgressTracker:
         with self.lock:
             return [s.identity for s in self.states.values()]
 
+    def live_identities(self) -> list[Identity]:
+        """Ranks that have not exited and whose process is alive (or cannot be checked)."""
+        with self.lock:
+            return [
+                s.identity
+                for s in self.states.values()
+                if not s.exited and (seen := self.seen.get(s.identity)) is not None and seen.alive is not False
+            ]
+
     def identity_for_gpu(self, index: str, uuid: str | None) -> Identity | None:
         """The live rank that records this GPU (by UUID or index); None when none or several do."""
         with self.lock:

@@ -367,3 +367,19 @@ def test_kernel_log_counts_under_the_node_identity(tmp_path: Path, registry: Col
         f.write(XID79.replace("[", "[rank3] ", 1))  # a kernel line never names a rank
     exp.poll_once()
     assert registry.get_sample_value("trainguard_log_pattern_matches_total", xid) == 1
+
+
+def test_kernel_xid_counts_for_each_workload_live_on_the_node(tmp_path: Path, registry: CollectorRegistry) -> None:
+    """An XID on a node hurts the workloads running there: the alert must name them, not only the node."""
+    kern = tmp_path / "kern.log"
+    kern.write_text("")
+    exp = Exporter(_config(tmp_path, kernel_log=str(kern)), registry)
+    _state(tmp_path, "0", None)  # this process plays rank 0 of workload 4242, attempt 2
+    exp.poll_once()
+    with kern.open("a") as f:
+        f.write(XID79)
+    exp.poll_once()
+    node_level = _labels("xid_79_fallen_off_bus", "infra_gpu", workload="4242", scheduler="slurm", attempt="2")
+    assert registry.get_sample_value("trainguard_log_pattern_matches_total", node_level) == 1
+    assert registry.get_sample_value("trainguard_log_pattern_matches_total", _labels("xid_79_fallen_off_bus",
+                                                                                     "infra_gpu")) is None  # fmt: skip
