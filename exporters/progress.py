@@ -190,12 +190,19 @@ class Reporter:
         self._window_samples = 0.0
         self._failed = False
 
-    def step(self, n: int, samples: float | None = None) -> None:
-        """Step ``n`` is complete; ``samples`` were processed in it (for samples/second)."""
+    def step(self, n: int, samples: float | None = None, duration: float | None = None) -> None:
+        """Step ``n`` is complete; ``samples`` were processed in it (for samples/second).
+
+        ``duration``: the rank's own busy time for the step, without waiting for its peers. Under
+        synchronous training every rank's wall time per step is the slowest rank's, so only this
+        tells a straggler apart; without it the step duration is the wall time between steps.
+        """
         now = self._clock()
         st = self._state
         prev_step, prev_time = st["step"], st["step_time"]
-        if prev_step is not None and prev_time is not None and n > prev_step:
+        if duration is not None:
+            st["step_duration"] = float(duration)
+        elif prev_step is not None and prev_time is not None and n > prev_step:
             st["step_duration"] = (now - prev_time) / (n - prev_step)
         if samples is not None:
             if self._window_start is None:  # the first step's start time is unknown: the window opens here
@@ -256,8 +263,8 @@ def reporter() -> Reporter:
     return _default
 
 
-def step(n: int, samples: float | None = None) -> None:
-    reporter().step(n, samples=samples)
+def step(n: int, samples: float | None = None, duration: float | None = None) -> None:
+    reporter().step(n, samples=samples, duration=duration)
 
 
 def checkpoint_saved(step: int) -> None:

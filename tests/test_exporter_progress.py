@@ -263,3 +263,14 @@ def test_exit_is_recorded_only_when_clean(tmp_path: Path, how: str, exited: bool
     state = json.loads((tmp_path / "4242-a0-r5.json").read_text())
     assert state["exited"] is exited
     assert state["step"] == 1
+
+
+def test_busy_duration_overrides_wall_time_between_steps(tmp_path: Path) -> None:
+    """Under synchronous training only the rank's own busy time tells a straggler apart."""
+    times = iter([100.0, 101.0, 102.0])
+    rep = progress.Reporter(str(tmp_path), {"workload": "1", "rank": "0"}, min_interval=0, clock=lambda: next(times))
+    rep.step(1)
+    rep.step(2)
+    assert json.loads(Path(rep.path).read_text())["step_duration"] == 1.0
+    rep.step(3, duration=0.25)
+    assert json.loads(Path(rep.path).read_text())["step_duration"] == 0.25
