@@ -11,6 +11,7 @@ in ``--control-dir`` that the loop reads once per step:
   slow-r<R>        rank R sleeps this many extra seconds per step (a straggler)
   apperror         every rank raises an application error (CUDA-OOM-style message) at its next step
   line-r<R>        rank R prints the file's content to its log (an NCCL/CUDA error line), once
+  die-r<R>         rank R exits with status 1 (after printing line-r<R>), as a process hit by that error
 """
 
 from __future__ import annotations
@@ -83,15 +84,19 @@ def main() -> int:
         loss = torch.nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()
+        waited = time.monotonic()
         for p in model.parameters():
             assert p.grad is not None
             dist.all_reduce(p.grad)
             p.grad /= world
+        waited = time.monotonic() - waited  # time in the collective: mostly waiting for the slowest rank
         optimizer.step()
         spent = time.monotonic() - began
         if spent < args.step_time:
             time.sleep(args.step_time - spent)
-        progress.step(step, samples=batch * world)
+        # Report the rank's own busy time: under synchronous training every rank's wall time per step
+        # is the slowest rank's, so only this tells a straggler apart.
+        progress.step(step, samples=batch * world, duration=time.monotonic() - began - waited)
         print(f"step {step} loss {loss.item():.5f}", flush=True)
         if step % args.ckpt_every == 0 and step > start:
             if rank == 0:
@@ -115,6 +120,10 @@ def inject(control: Path, rank: int) -> None:
         text = line.read_text()
         line.unlink(missing_ok=True)
         print(text, flush=True)
+    die = control / f"die-r{rank}"
+    if die.exists():
+        die.unlink(missing_ok=True)  # one-shot: the next attempt's rank R must not die again
+        raise SystemExit(1)
     if (control / "apperror").exists():
         print(
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "

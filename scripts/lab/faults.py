@@ -1,0 +1,269 @@
+"""Fault injection for the lab, and one trial: inject a fault into a running job and follow it through
+detection -> attribution -> decision -> action -> training productive again.
+
+Faults act the way real ones do, from outside the job: signals to a rank's process, lines in a rank's
+log or in a node's kernel log, a node's daemons killed, a rank made slow. Each fault states what a
+correct responder does (action and implicated nodes); a trial measures how close it came and how fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from responder.schedulers.slurm_parse import expand_hostlist
+from scripts.lab.stackup import NODES, ROOT, Lab, LabError
+
+NCCL_ERROR = (
+    "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
+    "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n"
+    "ncclUnhandledCudaError: Call to CUDA function failed."
+)
+CUDA_ERROR = "RuntimeError: CUDA error: unspecified launch failure\nCUDA kernel errors might be asynchronously reported"
+ECC_ERROR = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+XID_79 = "[{t:.6f}] NVRM: Xid (PCI:0000:10:1c): 79, pid={pid}, name=python3, GPU has fallen off the bus.\n"
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    description: str
+    inject: Callable[[Lab, str, str], None]
+    action: str | None  # what a correct responder does in act mode; None: nothing (healthy)
+    implicates_target: bool
+    nodes: int = 3
+    timeout_s: float = 60.0
+
+
+def _pid(lab: Lab, job: str, node: str) -> int:
+    return int(lab.rank_on(job, 0, node)["pid"])
+
+
+def _rank(lab: Lab, job: str, node: str) -> str:
+    return str(lab.rank_on(job, 0, node)["identity"]["rank"])
+
+
+def _die_with(text: str) -> Callable[[Lab, str, str], None]:
+    """The rank on the node prints ``text`` to its log and exits 1, as a process hit by that error does."""
+
+    def inject(lab: Lab, job: str, node: str) -> None:
+        control = lab.root / "control" / job
+        (control / f"line-r{_rank(lab, job, node)}").write_text(text)
+        (control / f"die-r{_rank(lab, job, node)}").write_text("1")
+
+    return inject
+
+
+def crash(lab: Lab, job: str, node: str) -> None:
+    os.kill(_pid(lab, job, node), signal.SIGKILL)
+
+
+def hang(lab: Lab, job: str, node: str) -> None:
+    os.kill(_pid(lab, job, node), signal.SIGSTOP)
+
+
+def straggler(lab: Lab, job: str, node: str) -> None:
+    (lab.root / "control" / job / f"slow-r{_rank(lab, job, node)}").write_text("1.0")
+
+
+def xid(lab: Lab, job: str, node: str) -> None:
+    with lab.kmsg(node).open("a") as kmsg:
+        kmsg.write(XID_79.format(t=time.monotonic(), pid=_pid(lab, job, node)))
+    _die_with(CUDA_ERROR)(lab, job, node)
+
+
+def node_loss(lab: Lab, job: str, node: str) -> None:
+    """The whole node goes: its exporter, its slurmd and every process of the job on it."""
+    lab.stop_exporter(node)
+    lab._run([str(ROOT / "slurm" / "lab.sh"), "kill-node", node, str(lab.slurm_dir)])
+
+
+def app_error(lab: Lab, job: str, node: str) -> None:
+    (lab.root / "control" / job / "apperror").write_text("1")
+
+
+def healthy(lab: Lab, job: str, node: str) -> None:
+    pass
+
+
+FAULTS = {
+    f.name: f
+    for f in (
+        Fault("xid", "XID 79 in the node's kernel log; the rank there dies with a CUDA error", xid,
+              "requeue_excluding", True),
+        Fault("nccl_error", "NCCL unhandled CUDA error on one rank, which exits", _die_with(NCCL_ERROR),
+              "requeue_excluding", True),
+        Fault("cuda_error", "CUDA unspecified launch failure on one rank, which exits", _die_with(CUDA_ERROR),
+              "requeue_excluding", True),
+        Fault("ecc", "uncorrectable ECC error on one rank, which exits", _die_with(ECC_ERROR),
+              "requeue_excluding", True),
+        Fault("hang", "one rank stopped with SIGSTOP (the others block in all_reduce)", hang,
+              "requeue_excluding", True, timeout_s=60),
+        Fault("crash", "one rank killed with SIGKILL, no error printed", crash, "requeue", False),
+        Fault("node_loss", "a node's slurmd, exporter and job processes killed", node_loss,
+              "requeue_excluding", True, timeout_s=90),
+        Fault("app_error", "CUDA out of memory on every rank (the job's own bug)", app_error, "stop", False),
+        Fault("straggler", "one rank 1 s slower per step than its peers", straggler, "requeue_excluding", True,
+              timeout_s=420),
+        Fault("healthy", "no fault: the job trains for the observation window", healthy, None, False,
+              timeout_s=25),
+    )
+}  # fmt: skip
+QUICK = ("xid", "nccl_error", "cuda_error", "ecc", "hang", "crash", "node_loss", "app_error")
+
+
+@dataclass
+class TrialResult:
+    fault: str
+    mode: str
+    job: str
+    target: str
+    ok: bool = False
+    expected_action: str | None = None
+    action: str | None = None
+    outcome: str | None = None
+    expected_nodes: list[str] = field(default_factory=list)
+    implicated: list[str] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)
+    detection_s: float | None = None
+    decision_s: float | None = None
+    action_s: float | None = None
+    productive_s: float | None = None
+    resumed_from_step: int | None = None
+    checkpoint_step: int | None = None
+    decisions: int = 0
+    first_alert: str | None = None
+    note: str = ""
+    events: list[tuple[float, str]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "events"} | {
+            "events": [{"t": round(t, 3), "what": w} for t, w in self.events]
+        }
+
+
+def run_trial(lab: Lab, fault: Fault, say: Callable[[str], None] = print, nodes: int | None = None) -> TrialResult:
+    """Start a job, inject ``fault`` on its second node once training is productive, follow it."""
+    job = lab.submit(nodes=nodes or fault.nodes)
+    try:
+        return _follow(lab, fault, job, say)
+    finally:
+        lab.cancel(job)
+        for node in NODES:
+            if node not in lab.exporters:
+                lab.start_exporter(node)
+
+
+def _follow(lab: Lab, fault: Fault, job: str, say: Callable[[str], None]) -> TrialResult:
+    lab.wait_productive(job, 0, fault.nodes, 12, timeout=120)
+    nodes = expand_hostlist(str((lab.squeue(job) or {}).get("nodes", "")))
+    target = nodes[1] if len(nodes) > 1 else nodes[0]
+    result = TrialResult(fault.name, lab.mode, job, target, expected_action=fault.action)
+    result.expected_nodes = [target] if fault.implicates_target else []
+    result.checkpoint_step = lab.checkpoint_step(job)
+    t0 = time.time()
+
+    def event(what: str, when: float | None = None) -> None:
+        at = (when or time.time()) - t0
+        result.events.append((at, what))
+        say(f"  +{at:6.2f}s  {what}")
+
+    event(f"inject {fault.name} on {target}: {fault.description}", t0)
+    fault.inject(lab, job, target)
+    deadline = t0 + fault.timeout_s
+    seen_alert = False
+    decision: dict[str, Any] | None = None
+    while time.time() < deadline:
+        if not seen_alert:
+            alerts = [a for a in lab.alerts(job) if a["received_at"] >= t0 - 1 and a["disposition"] == "evidence"]
+            if alerts:
+                first = alerts[0]
+                seen_alert = True
+                labels = first["labels"]
+                result.first_alert = labels.get("alertname")
+                result.detection_s = first["received_at"] - t0
+                event(f"alert at the responder: {labels.get('alertname')} [{labels.get('category')}] "
+                      f"{labels.get('pattern', '')} on {labels.get('host', '?')}", first["received_at"])  # fmt: skip
+        found = [d for d in lab.decisions(job) if d["attempt"] == "0"]
+        if found:
+            decision = found[-1]
+            break
+        time.sleep(0.1)
+    if fault.action is None:
+        result.decisions = len(lab.decisions(job))
+        result.ok = result.decisions == 0
+        result.note = "no decision, as it should be" if result.ok else "a decision on a healthy job"
+        event(result.note)
+        return result
+    if decision is None:
+        result.note = f"no decision within {fault.timeout_s:.0f}s"
+        event(result.note)
+        return result
+    result.decisions = len(lab.decisions(job))
+    decision = _settled(lab, job, decision)
+    result.action, result.outcome = decision["action"], decision["outcome"]
+    result.implicated, result.excluded = decision["implicated_nodes"], decision["excluded_nodes"]
+    decided = _ts(decision["decided_at"])
+    received = _ts(decision["received_at"])
+    if received is not None and decided is not None:
+        result.decision_s = decided - received
+    event(f"decision: {result.action} {','.join(result.excluded)} [{decision['mode']}] - {decision['reason']}",
+          decided)  # fmt: skip
+    acted = _ts(decision.get("acted_at"))
+    if acted is not None and decided is not None:
+        result.action_s = acted - decided
+        event(f"action {decision['outcome']}: {decision.get('detail', '')}", acted)
+    result.ok = result.action == fault.action and sorted(result.implicated) == sorted(result.expected_nodes)
+    if lab.mode == "act" and result.action in ("requeue", "requeue_excluding") and decision["outcome"] == "done":
+        try:
+            first_step = lab.wait_productive(job, 1, fault.nodes, 0, timeout=90)
+        except LabError as exc:
+            result.ok = False
+            result.note = str(exc)
+            event(result.note)
+        else:
+            result.productive_s = first_step - t0
+            resumed = min((s for s, _ in lab.steps(job, 1).values()), default=None)
+            result.resumed_from_step = resumed
+            placed = expand_hostlist(str((lab.squeue(job) or {}).get("nodes", "")))
+            event(f"training productive again on {','.join(placed)} (attempt 1, from checkpoint step "
+                  f"{result.checkpoint_step})", first_step)  # fmt: skip
+            if fault.implicates_target and target in placed:
+                result.ok = False
+                result.note = f"restarted on the faulty node {target}"
+    if fault.name == "node_loss":
+        with contextlib.suppress(LabError):
+            lab._run([str(ROOT / "slurm" / "lab.sh"), "start-node", target, str(lab.slurm_dir)])
+    if fault.name == "hang":
+        with contextlib.suppress(OSError, LabError):
+            os.kill(_pid(lab, job, target), signal.SIGCONT)
+    return result
+
+
+def _settled(lab: Lab, job: str, decision: dict[str, Any], timeout: float = 15) -> dict[str, Any]:
+    """The decision once its outcome is final (act mode writes ``pending`` before the scheduler acts)."""
+    deadline = time.time() + timeout
+    while decision["outcome"] == "pending" and time.time() < deadline:
+        time.sleep(0.1)
+        decision = next((d for d in lab.decisions(job) if d["id"] == decision["id"]), decision)
+    return decision
+
+
+def _ts(value: str | None) -> float | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+
+
+def summarise(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {"min": round(ordered[0], 3), "median": round(statistics.median(ordered), 3), "p95": round(p95, 3),
+            "max": round(ordered[-1], 3), "n": len(ordered)}  # fmt: skip
