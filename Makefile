@@ -2,9 +2,11 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Debian packages the lab and the real-service tests need (installed by `make install-lab` as root).
+LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge
 export PROMETHEUS_DISABLE_CREATED_SERIES := True
 
-.PHONY: install test test-fast lint fmt demo bench bench-quick clean help
+.PHONY: install install-lab test test-fast lint fmt demo demo-replay bench bench-quick clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -15,6 +17,17 @@ $(BIN)/trainguard: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	@touch $@
+
+install-lab: install  ## the lab's needs: Debian packages (as root) and CPU PyTorch + matplotlib in .venv
+	@if [ "$$(id -u)" = 0 ]; then \
+	  missing=$$(for p in $(LAB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$missing" ]; then \
+	    echo "apt-get install $$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=600 $$missing; \
+	  fi; \
+	else echo "not root: skipping apt-get install $(LAB_PACKAGES) (the lab needs root anyway)"; fi
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,lab]'
 
 test: install  ## every test; real-service tests skip (with the reason) where a service is missing
 	$(BIN)/pytest
@@ -32,14 +45,21 @@ fmt: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-demo: install  ## replay realistic incidents through a real `trainguard serve` and show its decisions
+demo: install-lab  ## the whole stack on real Slurm: a GPU fault in real training, detected, isolated, recovered
+	$(BIN)/python scripts/lab/demo.py
+
+demo-replay: install  ## no root needed: replay recorded incidents through a real `trainguard serve`
 	$(BIN)/python scripts/demo.py
 
-bench: install  ## benchmarks; JSON under bench/results/
+bench: install-lab  ## all benchmarks; JSON and reports under bench/results/ (about 40 minutes)
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/scan.py
+	$(BIN)/python bench/slurm_action.py --trials 10
+	$(BIN)/python bench/detection.py
+	$(BIN)/python bench/lab.py --trials 3
 
-bench-quick: install
-	$(BIN)/python bench/ingest.py --quick
+bench-quick: install-lab  ## one lab trial per fault class plus two healthy runs (under 10 minutes)
+	$(BIN)/python bench/lab.py --quick
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info demo-output test-artifacts

@@ -145,10 +145,21 @@ class LogProgress:
     step_duration: float | None = None
 
 
+def process_stuck(pid: int) -> bool | None:
+    """Whether the process cannot progress on its own: stopped by a signal or a tracer (``T``/``t``)
+    or in uninterruptible sleep (``D``: stuck in the kernel or a driver). None: cannot read it."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "D")
+    except (OSError, IndexError):
+        return None
+
+
 @dataclass(slots=True)
 class _Seen:
     alive: bool | None = None  # None: cannot tell (another pid namespace)
     last_alive: float | None = None
+    stuck: bool | None = None
 
 
 @dataclass
@@ -164,6 +175,7 @@ class ProgressTracker:
     state_ttl: float = 3600.0
     clock: Callable[[], float] = time.time
     alive: Callable[[int, str | None], bool] = process_alive
+    stuck: Callable[[int], bool | None] = process_stuck
     own_pid_ns: str | None = field(default_factory=_own_pid_namespace)
     states: dict[str, RankState] = field(default_factory=dict)
     log_progress: dict[Identity, LogProgress] = field(default_factory=dict)
@@ -210,6 +222,7 @@ class ProgressTracker:
                     continue
                 assert s.pid is not None
                 alive = self.alive(s.pid, s.pid_start)
+                seen.stuck = self.stuck(s.pid) if alive else None
                 if alive:
                     seen.last_alive = now
                 elif seen.last_alive is None:
@@ -275,6 +288,10 @@ _GAUGES: Final = (
         "trainguard_rank_process_alive",
         "1 while the rank's process runs, 0 once it is gone without a clean exit (absent: cannot tell).",
     ),
+    (
+        "trainguard_rank_process_stuck",
+        "1 while the rank's process cannot progress on its own: stopped (T/t) or in uninterruptible sleep (D).",
+    ),
     ("trainguard_checkpoint_last_saved_timestamp_seconds", "Unix time of the rank's newest complete checkpoint."),
     ("trainguard_checkpoint_last_saved_step", "Step of that checkpoint."),
 )
@@ -310,6 +327,8 @@ class ProgressCollector(Collector):
                 put("trainguard_rank_heartbeat_timestamp_seconds", ident, seen.last_alive)
                 if seen.alive is not None:
                     put("trainguard_rank_process_alive", ident, 1.0 if seen.alive else 0.0)
+                if seen.stuck is not None:
+                    put("trainguard_rank_process_stuck", ident, 1.0 if seen.stuck else 0.0)
                 put("trainguard_checkpoint_last_saved_timestamp_seconds", ident, s.checkpoint_time)
                 put("trainguard_checkpoint_last_saved_step", ident, s.checkpoint_step)
             for ident, lp in t.log_progress.items():

@@ -45,6 +45,7 @@ class RankProgress:
     step: float
     last_step_ts: float
     step_duration: float | None = None
+    stuck: bool = False  # the process is stopped or in uninterruptible sleep (exporter's /proc view)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +202,14 @@ def _laggards(hangs: list[_Group], context: Context, all_hosts: set[str]) -> tup
     hung_ranks = {r for g in hangs for r in g.ranks}
     progress = context.progress
     if progress:
+        stuck = [p for p in progress if p.stuck]
+        if stuck and len(stuck) < len(progress):
+            hosts = {p.host for p in stuck}
+            ranks = sorted((p.rank for p in stuck), key=int)
+            return hosts, (
+                f"hang: rank(s) {', '.join(ranks)} cannot progress (process stopped or stuck in the kernel) "
+                f"while the others wait for them: laggard on {_hosts(hosts)}"
+            )
         top = max(p.step for p in progress)
         behind = [p for p in progress if p.step < top]
         if behind:

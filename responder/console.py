@@ -199,7 +199,7 @@ class Console:
         return self.page(request, heading, render("error.html", heading=heading, message=message), status)
 
     async def overview(self, request: Request) -> Response:
-        body = await run_in_threadpool(self._overview_body, request.query_params.get("changed"))
+        body = await run_in_threadpool(self._overview_body)
         flash = None
         changed = request.query_params.get("changed")
         if changed:
@@ -245,7 +245,7 @@ class Console:
             data_cluster=cluster,
         )  # fmt: skip
 
-    def _overview_body(self, changed: str | None) -> Html:
+    def _overview_body(self) -> Html:
         records = self.store.records(RecordQuery(limit=RECENT))
         clusters = self._clusters(records)
         cluster_rows = [

@@ -21,7 +21,10 @@ from responder.store import Incident, StoredAlert
 
 log = logging.getLogger(__name__)
 
-_PROGRESS = "trainguard_rank_step|trainguard_rank_last_step_timestamp_seconds|trainguard_rank_step_duration_seconds"
+_PROGRESS = (
+    "trainguard_rank_step|trainguard_rank_last_step_timestamp_seconds|trainguard_rank_step_duration_seconds"
+    "|trainguard_rank_process_stuck"
+)
 
 
 class Enricher(Protocol):
@@ -117,6 +120,7 @@ def _progress(rows: list[dict[str, Any]]) -> list[RankProgress]:
                 step=values["trainguard_rank_step"],
                 last_step_ts=values.get("trainguard_rank_last_step_timestamp_seconds", 0.0),
                 step_duration=values.get("trainguard_rank_step_duration_seconds"),
+                stuck=values.get("trainguard_rank_process_stuck") == 1.0,
             )
         )
     return out

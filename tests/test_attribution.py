@@ -88,3 +88,11 @@ def test_sympathetic_socket_errors_from_survivors_do_not_blame_them() -> None:
     assert verdict.implicated == ()
     assert verdict.failure_class == "unknown"
     assert any("sympathetic" in line for line in verdict.explanation)
+
+
+def test_hang_laggard_is_the_stuck_process_even_at_the_same_step() -> None:
+    hangs = [_a("hang", f"h{i}", str(i)) for i in range(3)]
+    progress = tuple(RankProgress(str(i), f"h{i}", 50.0, 1000.0, 0.2, stuck=i == 1) for i in range(3))
+    verdict = attribute(hangs, Context(available=True, note="", progress=progress))
+    assert verdict.implicated == ("h1",)
+    assert any("cannot progress" in line for line in verdict.explanation)

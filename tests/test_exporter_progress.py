@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from exporters import progress
-from exporters.state import Identity, ProgressCollector, ProgressTracker
+from exporters.state import Identity, ProgressCollector, ProgressTracker, process_stuck
 
 SLURM_ENV = {"SLURM_JOB_ID": "4242", "SLURM_PROCID": "5", "SLURMD_NODENAME": "gpu-017"}
 
@@ -274,3 +276,20 @@ def test_busy_duration_overrides_wall_time_between_steps(tmp_path: Path) -> None
     assert json.loads(Path(rep.path).read_text())["step_duration"] == 1.0
     rep.step(3, duration=0.25)
     assert json.loads(Path(rep.path).read_text())["step_duration"] == 0.25
+
+
+def test_a_stopped_process_is_reported_stuck(tmp_path: Path) -> None:
+    """SIGSTOP (or a tracer, or a driver in D state) leaves a rank alive but unable to progress:
+    the hang's laggard, told apart from the peers that merely wait for it in a collective."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert process_stuck(child.pid) is False
+        child.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while not process_stuck(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert process_stuck(child.pid) is True
+    finally:
+        child.kill()
+        child.wait()
+    assert process_stuck(child.pid) is None

@@ -705,9 +705,14 @@ class KubeWorkloadScheduler:
         notes: list[str] = []
         applied = excluded_from(obj)
         if request.action is Action.REQUEUE_EXCLUDING:
+            # exclude_nodes is the whole wanted set; nodes no longer in it keep their taint (an
+            # isolation is cluster-wide) until an operator's resume_node, but leave this record
             done = self.nodes.isolate(request.exclude_nodes, request.incident_id, request.reason)
             notes.extend(done.notes)
-            applied = tuple(dict.fromkeys((*applied, *done.applied)))
+            dropped = [n for n in applied if n not in done.applied]
+            if dropped:
+                notes.append(f"no longer excluded for this workload: {','.join(dropped)} (undo: resume_node)")
+            applied = done.applied
             if applied != excluded_from(obj):
                 obj = self.api.patch_object(
                     self.ref(request.workload),

@@ -2,12 +2,13 @@
 
 - isolation (``requeue_excluding``, ``drain_node``, ``resume_node``): identical to JobSet's
   (``responder.schedulers.kubernetes``);
-- ``requeue``: PyTorchJob counts no restarts, so trainguard keeps the attempt itself: one merge patch
-  (with the object's ``resourceVersion``, so two responders cannot both win) sets the annotations
-  ``trainguard.io/attempt=<n+1>`` and ``trainguard.io/restarted-at``; then every pod of the job that is
-  older than that time is deleted, and the operator re-creates the missing replicas (all of them, so
+- ``requeue``: PyTorchJob counts no restarts, so trainguard keeps the attempt itself: the job's pods
+  are listed, then one merge patch (with the object's ``resourceVersion``, so two responders cannot
+  both win) sets the annotations ``trainguard.io/attempt=<n+1>`` and ``trainguard.io/restarted-at``;
+  then the listed pods are deleted and the operator re-creates the missing replicas (all of them, so
   the rendezvous starts afresh). A retry that finds the attempt already bumped by the same incident
-  only finishes deleting old pods. Verified by a fresh pod list: no old pod left, as many new ones.
+  only deletes the pods older than ``restarted-at``. Verified by a fresh pod list: no old pod left,
+  as many new ones.
 - ``stop``: ``spec.runPolicy.suspend: true`` (Training Operator v1.7+; the operator deletes the pods)
   or a foreground delete (``stop_mode: delete``); ``hold`` / ``release``: suspend / resume.
 
@@ -104,6 +105,11 @@ class PyTorchJobScheduler(KubeWorkloadScheduler):
     def restart(self, request: ActionRequest, obj: dict[str, Any], applied: tuple[str, ...]) -> ActionResult:
         namespace, name = split_workload(request.workload)
         attempt = self.attempt(obj)
+        old = self.api.list_pods(namespace, self.pod_selector(name))  # read before the bump: these are the old pods
+        if not old:
+            return ActionResult(
+                "skipped", f"no pods labelled {self.pod_selector(name)}: nothing to restart (see the pod_label setting)"
+            )
         acted_at = self._now()
         self.api.patch_object(
             self.ref(request.workload),
@@ -118,7 +124,7 @@ class PyTorchJobScheduler(KubeWorkloadScheduler):
                 }
             },
         )
-        return self._replace_pods(namespace, name, acted_at, attempt + 1, applied)
+        return self._replace_pods(namespace, name, old, acted_at, attempt + 1, applied)
 
     def _requeue(self, request: ActionRequest, obj: dict[str, Any]) -> ActionResult:
         _, annotations = labels_and_annotations(obj)
@@ -133,21 +139,29 @@ class PyTorchJobScheduler(KubeWorkloadScheduler):
             # an earlier try bumped the attempt: finish deleting the old pods, never bump twice
             namespace, name = split_workload(request.workload)
             result = super()._requeue(request, obj)
-            finish = self._replace_pods(namespace, name, restarted_at, self.attempt(obj), result.excluded_nodes)
+            # pods older than the bump are the old attempt's (the responder's clock against the API
+            # server's creationTimestamp: a retry after a crash tolerates no more skew than that)
+            old = [
+                p
+                for p in self.api.list_pods(namespace, self.pod_selector(name))
+                if (created := _time(metadata(p).get("creationTimestamp"))) is None or created <= restarted_at
+            ]
+            finish = self._replace_pods(namespace, name, old, restarted_at, self.attempt(obj), result.excluded_nodes)
             return ActionResult(
                 "done", f"{result.detail}; {finish.detail}", finish.verified, finish.acted_at, result.excluded_nodes
             )
         return super()._requeue(request, obj)
 
     def _replace_pods(
-        self, namespace: str, name: str, cutoff: datetime, attempt: int, applied: tuple[str, ...]
+        self,
+        namespace: str,
+        name: str,
+        old: list[dict[str, Any]],
+        acted_at: datetime,
+        attempt: int,
+        applied: tuple[str, ...],
     ) -> ActionResult:
         selector = self.pod_selector(name)
-        old = [
-            p
-            for p in self.api.list_pods(namespace, selector)
-            if (created := _time(metadata(p).get("creationTimestamp"))) is None or created <= cutoff
-        ]
         old_uids = {metadata(p).get("uid") for p in old}
         deleted = [
             metadata(p).get("name", "") for p in old if self.api.delete_pod(namespace, metadata(p).get("name", ""))
@@ -165,4 +179,4 @@ class PyTorchJobScheduler(KubeWorkloadScheduler):
         )  # fmt: skip
         detail = f"attempt {attempt}: deleted {len(deleted)} pod(s) of the old attempt; the operator re-creates them"
         detail += "; verified: old pods gone, replacements created" if ok else "; not confirmed by a fresh pod list"
-        return ActionResult("done", detail, verified=ok, acted_at=cutoff, excluded_nodes=applied)
+        return ActionResult("done", detail, verified=ok, acted_at=acted_at, excluded_nodes=applied)
