@@ -40,6 +40,7 @@ lint: install  ## ruff, mypy --strict, promtool and amtool checks
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python scripts/lint_monitoring.py
+	$(BIN)/python -m dashboards.generate --check
 
 fmt: install
 	$(BIN)/ruff format .

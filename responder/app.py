@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from responder.alerts import Notification
 from responder.clock import Clock, parse_rfc3339, rfc3339
+from responder.console import console_routes
 from responder.engine import Engine
 from responder.enrichment import Enricher, PrometheusEnricher
 from responder.errors import (
@@ -38,6 +39,7 @@ from responder.errors import (
     StoreUnavailable,
     Unauthorized,
 )
+from responder.loki import LokiMirror
 from responder.metrics import ResponderMetrics
 from responder.schedulers.base import Scheduler
 from responder.settings import Settings
@@ -75,6 +77,10 @@ def create_app(
     if enricher is None and settings.prometheus_url:
         enricher = PrometheusEnricher(settings.prometheus_url, settings.prometheus_timeout_s)
     engine = Engine(settings, store, scheduler, clock, metrics, enricher)
+    mirror = None
+    if settings.loki is not None:
+        mirror = LokiMirror(settings.loki, settings.db_path.with_name(settings.db_path.name + ".loki-spool"), registry)
+        engine.sinks.append(mirror.submit)
     webhook_token = settings.webhook_secret()
     operator_token = settings.operator_secret()
     for cluster, mode in store.modes().items():
@@ -255,6 +261,8 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         nonlocal loop_task
+        if mirror is not None:
+            await run_in_threadpool(mirror.start)
         loop_task = asyncio.create_task(engine.run(), name="trainguard-decisions")
         try:
             yield
@@ -263,6 +271,8 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await loop_task
             await engine.drain()
+            if mirror is not None:
+                await run_in_threadpool(mirror.stop)
 
     routes = [
         Route("/v1/alerts", post_alerts, methods=["POST"]),
@@ -277,6 +287,7 @@ def create_app(
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
+        *console_routes(engine, store, settings, require_operator),
     ]
     app = Starlette(
         routes=routes,

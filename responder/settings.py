@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from responder.errors import ConfigError
+from responder.loki import LokiSettings
 from responder.schedulers.base import Action
 from trainguard.identity import IdentityError, validate_cluster
 
@@ -96,6 +97,7 @@ class Settings(BaseSettings):
     clusters: dict[str, ClusterSettings] = Field(default_factory=dict)
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)
+    loki: LokiSettings | None = Field(None, description="mirror the audit trail to Loki or VictoriaLogs; none: off")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("clusters")

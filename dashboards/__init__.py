@@ -1,0 +1,1 @@
+"""trainguard's Grafana dashboards as code: ``python -m dashboards.generate`` writes ``dashboards/json/``."""
