@@ -29,7 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scripts.lab.faults import FAULTS, QUICK, TrialResult, run_trial, summarise  # noqa: E402
+from scripts.lab.faults import FAULTS, QUICK, TrialResult, run_trial, run_two_jobs, summarise  # noqa: E402
 from scripts.lab.stackup import Lab, LabError, missing_requirements  # noqa: E402
 
 TARGETS = {"detection": 2.0, "decision": 1.5, "action": 1.0, "productive": 30.0, "precision": 0.95, "recall": 0.95}
@@ -157,9 +157,9 @@ def main() -> int:
     name = "lab-quick" if args.quick else "lab"
     out = args.out or ROOT / "bench" / "results" / f"{name}.json"
     if args.quick:
-        plan = [(c, "act") for c in (args.classes or QUICK)] + [("healthy", "act"), ("healthy", "act")]
+        plan = [(c, "act") for c in (args.classes or [*QUICK, "two_jobs"])] + [("healthy", "act"), ("healthy", "act")]
     else:
-        classes = args.classes or [c for c in FAULTS if c != "healthy"]
+        classes = args.classes or [*(c for c in FAULTS if c != "healthy"), "two_jobs"]
         plan = [(c, m) for m in ("act", "monitor") for c in classes for _ in range(args.trials)]
         plan += [("healthy", m) for m in ("act", "monitor") for _ in range(args.trials)]
     trials: list[TrialResult] = []
@@ -173,7 +173,10 @@ def main() -> int:
                     lab.set_mode(mode)
                 print(f"\n[{i}/{len(plan)}] {fault} ({mode} mode), {time.monotonic() - started:.0f}s elapsed",
                       flush=True)  # fmt: skip
-                trials.append(run_trial(lab, FAULTS[fault], say=lambda m: print(m, flush=True)))
+                if fault == "two_jobs":
+                    trials += run_two_jobs(lab, FAULTS["xid"], say=lambda m: print(m, flush=True))
+                else:
+                    trials.append(run_trial(lab, FAULTS[fault], say=lambda m: print(m, flush=True)))
                 time.sleep(6)  # keep consecutive trials outside the breaker's correlation window
     except LabError as exc:
         print(f"lab error: {exc}", file=sys.stderr)

@@ -271,6 +271,7 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await loop_task
             await engine.drain()
+            engine.enricher.close()
             if mirror is not None:
                 await run_in_threadpool(mirror.stop)
 

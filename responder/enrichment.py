@@ -14,7 +14,9 @@ import re
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import requests
 from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
 
 from responder.attribution import AttemptProgress, Context, RankProgress
 from responder.store import Incident, StoredAlert
@@ -29,11 +31,15 @@ _PROGRESS = (
 
 class Enricher(Protocol):
     def context(self, incident: Incident, alerts: Sequence[StoredAlert]) -> Context: ...
+    def close(self) -> None: ...
 
 
 class NoEnrichment:
     def context(self, incident: Incident, alerts: Sequence[StoredAlert]) -> Context:
         return Context()
+
+    def close(self) -> None:
+        pass
 
 
 class PrometheusEnricher:
@@ -42,10 +48,19 @@ class PrometheusEnricher:
         self.history_s = history_s
         self.timeout_s = timeout_s
         self.window_s = window_s
-        self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_s)
+        # No retries: a decision must not wait through urllib3's backoff for a Prometheus that is down.
+        self._session = requests.Session()
+        self._prom = PrometheusConnect(
+            url=url, disable_ssl=True, timeout=timeout_s, retry=Retry(total=0), session=self._session
+        )
+
+    def close(self) -> None:
+        self._session.close()
 
     def _query(self, promql: str) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._prom.custom_query(promql, params={"timeout": f"{self.timeout_s}s"})
+        result: list[dict[str, Any]] = self._prom.custom_query(
+            promql, params={"timeout": f"{max(1, int(self.timeout_s * 1000))}ms"}
+        )
         return result
 
     def context(self, incident: Incident, alerts: Sequence[StoredAlert]) -> Context:

@@ -1,11 +1,12 @@
 """What the JobSet and PyTorchJob adapters share: one seam to the Kubernetes API, and node isolation.
 
 Every request to the API server goes through ``KubeAPI``: the official ``kubernetes`` client with a
-timeout on each call, the patch content type always named (the generated client's default for a
-node patch is ``application/json-patch+json``, which a dict body is not), raw JSON back as plain
-dicts, and any failure turned into ``SchedulerError`` (state unknown, never "nothing there") and
-counted. ``PERMISSIONS`` lists the (API group, resource, verb) triples the adapters use; the Helm
-chart's ClusterRole grants exactly these, and a test holds the three together.
+timeout on each call; every patch sent as ``application/merge-patch+json``, named explicitly (the
+generated client otherwise picks strategic merge or JSON patch by itself, and custom resources have
+no strategic merge patch); raw JSON back as plain dicts; any failure turned into ``SchedulerError``
+(state unknown, never "nothing there"); each call counted in ``KubeRequestMetrics``.
+``PERMISSIONS`` lists the (API group, resource, verb) triples the adapters use; the Helm chart's
+ClusterRole grants exactly these, and a test holds the three together.
 
 Isolation of a node (``isolate_node``) is one JSON merge patch with the node's ``resourceVersion``
 (a concurrent change makes it fail with 409 and it is retried on a fresh read):
@@ -18,6 +19,11 @@ Isolation of a node (``isolate_node``) is one JSON merge patch with the node's `
 
 Its undo (``resume_node``, an operator's command) removes trainguard's taint, labels and annotations
 and uncordons the node only when trainguard cordoned it.
+
+``KubeWorkloadScheduler`` is the part of the ``Scheduler`` protocol both workload adapters share:
+validation and refusal before any request, opt-in, node actions, the idempotent requeue frame
+(isolate, compare attempts, then the subclass's ``restart``), stop / hold / release by suspension
+or a foreground delete, each verified by a fresh read.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from responder.schedulers.base import (
@@ -43,12 +49,13 @@ from responder.schedulers.base import (
     WorkloadObservation,
     WorkloadState,
 )
-from trainguard.identity import IdentityError, validate_cluster, validate_host
+from trainguard.identity import IdentityError, validate_cluster, validate_host, validate_workload
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "ANNOTATION_CORDONED",
+    "ANNOTATION_EXCLUDED",
     "ANNOTATION_INCIDENT",
     "ANNOTATION_ISOLATED_AT",
     "ANNOTATION_REASON",
@@ -56,8 +63,11 @@ __all__ = [
     "PERMISSIONS",
     "TAINT_KEY",
     "KubeAPI",
+    "KubeRequestMetrics",
     "KubeSettings",
+    "KubeWorkloadScheduler",
     "NodeIsolation",
+    "WorkloadSettings",
     "make_api_client",
 ]
 
@@ -69,6 +79,11 @@ ANNOTATION_REASON: Final = "trainguard.io/isolation-reason"
 ANNOTATION_ISOLATED_AT: Final = "trainguard.io/isolated-at"
 ANNOTATION_CORDONED: Final = "trainguard.io/cordoned"
 _NODE_ANNOTATIONS: Final = (ANNOTATION_INCIDENT, ANNOTATION_REASON, ANNOTATION_ISOLATED_AT, ANNOTATION_CORDONED)
+# on the workload object
+ANNOTATION_EXCLUDED: Final = "trainguard.io/excluded-nodes"
+ANNOTATION_HELD_AT: Final = "trainguard.io/held-at"
+ANNOTATION_STOPPED_AT: Final = "trainguard.io/stopped-at"
+ANNOTATION_LAST_INCIDENT: Final = "trainguard.io/last-incident"
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 
@@ -172,47 +187,84 @@ def make_api_client(settings: KubeSettings) -> Any:
     return client.ApiClient(configuration)
 
 
+class KubeRequestMetrics:
+    """The seam's metrics. One instance per registry: share it between the adapters of several
+    clusters (``JobSetScheduler(..., metrics=m)``); the ``cluster`` label tells them apart."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "trainguard_kubernetes_requests",
+            "Kubernetes API requests made by trainguard, by call and result (ok, not_found, error).",
+            ["cluster", "call", "result"],
+            registry=self.registry,
+        )
+        self.failures = Counter(
+            "trainguard_kubernetes_request_failures",
+            "Kubernetes API requests that failed, by call and reason (the HTTP status, or the error's type).",
+            ["cluster", "call", "reason"],
+            registry=self.registry,
+        )
+        self.duration = Histogram(
+            "trainguard_kubernetes_request_duration_seconds",
+            "Wall time of Kubernetes API requests made by trainguard.",
+            ["cluster", "call"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+
+
 class KubeAPI:
     """The one seam to the API server: raw JSON dicts in and out, a timeout per call, errors counted.
 
     ``get``-style methods return ``None`` for 404; every other failure raises ``SchedulerError``.
     """
 
-    def __init__(self, api_client: Any, timeout_s: float, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, api_client: Any, timeout_s: float, metrics: KubeRequestMetrics | None = None, cluster: str = ""
+    ) -> None:
         from kubernetes import client  # noqa: PLC0415 - optional dependency, trainguard[k8s]
 
+        self._client = api_client
         self._core = client.CoreV1Api(api_client)
         self._batch = client.BatchV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
         self._timeout = timeout_s
-        self._errors = Counter(
-            "trainguard_kubernetes_request_errors",
-            "Kubernetes API requests that failed or timed out, by call",
-            ["call"],
-            registry=registry,
-        )
+        self.metrics = metrics if metrics is not None else KubeRequestMetrics()
+        self._cluster = cluster
+
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        self._client.close()
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415 - optional dependency
 
+        m = self.metrics
+        started = time.monotonic()
         try:
             response = fn(*args, _preload_content=False, _request_timeout=self._timeout, **kwargs)
             data = response.data
         except ApiException as exc:
             if exc.status == 404:
+                m.requests.labels(self._cluster, what, "not_found").inc()
                 return None
-            self._errors.labels(what).inc()
+            m.requests.labels(self._cluster, what, "error").inc()
+            m.failures.labels(self._cluster, what, str(exc.status)).inc()
             raise SchedulerError(f"{what}: HTTP {exc.status} {exc.reason}: {_status_message(exc.body)}") from exc
         except Exception as exc:  # the client raises urllib3, socket and ssl errors unwrapped
-            self._errors.labels(what).inc()
+            m.requests.labels(self._cluster, what, "error").inc()
+            m.failures.labels(self._cluster, what, type(exc).__name__).inc()
             raise SchedulerError(f"{what}: {type(exc).__name__}: {exc}") from exc
-        if not data:
-            return {}
+        finally:
+            m.duration.labels(self._cluster, what).observe(time.monotonic() - started)
         try:
-            body: dict[str, Any] = json.loads(data)
+            body: dict[str, Any] = json.loads(data) if data else {}
         except ValueError as exc:
-            self._errors.labels(what).inc()
+            m.requests.labels(self._cluster, what, "error").inc()
+            m.failures.labels(self._cluster, what, "not_json").inc()
             raise SchedulerError(f"{what}: the API server answered something that is not JSON") from exc
+        m.requests.labels(self._cluster, what, "ok").inc()
         return body
 
     def _need(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -343,13 +395,8 @@ def excluded_from(obj: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(n for n in raw.split(",") if n)
 
 
-ANNOTATION_EXCLUDED: Final = "trainguard.io/excluded-nodes"
-
-
 def refusal(request: ActionRequest, settings: KubeSettings, scheduler: str) -> str | None:
     """Validate every value that may reach a request; a reason to refuse, or None."""
-    from trainguard.identity import validate_workload  # noqa: PLC0415 - keeps the import list short
-
     try:
         validate_cluster(request.cluster)
         if settings.cluster is not None and request.cluster != settings.cluster:
@@ -437,7 +484,7 @@ class NodeIsolation:
                 return f"{name}: already isolated by trainguard"
             spec = node.get("spec") or {}
             cordon = not spec.get("unschedulable", False)
-            taint = {"key": TAINT_KEY, "value": incident, "effect": "NoSchedule", "timeAdded": rfc3339(self._now())}
+            taint = {"key": TAINT_KEY, "value": incident, "effect": "NoSchedule"}  # when: the isolated-at annotation
             patch = {
                 "metadata": {
                     "resourceVersion": metadata(node).get("resourceVersion"),
@@ -550,10 +597,6 @@ def poll(
         sleep(interval_s)
 
 
-ANNOTATION_HELD_AT: Final = "trainguard.io/held-at"
-ANNOTATION_STOPPED_AT: Final = "trainguard.io/stopped-at"
-ANNOTATION_LAST_INCIDENT: Final = "trainguard.io/last-incident"
-
 _REQUEUE = (Action.REQUEUE, Action.REQUEUE_EXCLUDING)
 
 
@@ -584,13 +627,17 @@ class KubeWorkloadScheduler:
         self,
         settings: WorkloadSettings,
         api_client: Any | None = None,
-        registry: CollectorRegistry | None = None,
+        metrics: KubeRequestMetrics | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.settings = settings
-        self.api = KubeAPI(api_client if api_client is not None else make_api_client(settings),
-                           settings.request_timeout_s, registry)  # fmt: skip
+        self.api = KubeAPI(
+            api_client if api_client is not None else make_api_client(settings),
+            settings.request_timeout_s,
+            metrics,
+            settings.cluster or "",
+        )
         self.nodes = NodeIsolation(self.api, settings, now, sleep)
         self._now = now
         self._sleep = sleep
@@ -626,8 +673,6 @@ class KubeWorkloadScheduler:
         return ObjectRef(self.GROUP, self.VERSION, self.PLURAL, namespace, name)
 
     def observe(self, cluster: str, workload: str) -> WorkloadObservation:
-        from trainguard.identity import validate_workload  # noqa: PLC0415
-
         validate_cluster(cluster)
         if self.settings.cluster is not None and cluster != self.settings.cluster:
             raise IdentityError("cluster", cluster, f"this adapter's cluster {self.settings.cluster!r}")

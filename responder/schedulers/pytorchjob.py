@@ -4,7 +4,8 @@
   (``responder.schedulers.kubernetes``);
 - ``requeue``: PyTorchJob counts no restarts, so trainguard keeps the attempt itself: the job's pods
   are listed, then one merge patch (with the object's ``resourceVersion``, so two responders cannot
-  both win) sets the annotations ``trainguard.io/attempt=<n+1>`` and ``trainguard.io/restarted-at``;
+  both win) sets the annotations ``trainguard.io/attempt=<n+1>`` and ``trainguard.io/restarted-at``
+  (the attempt also on each replica's pod template, for the re-created pods to read);
   then the listed pods are deleted and the operator re-creates the missing replicas (all of them, so
   the rendezvous starts afresh). A retry that finds the attempt already bumped by the same incident
   only deletes the pods older than ``restarted-at``. Verified by a fresh pod list: no old pod left,
@@ -111,6 +112,10 @@ class PyTorchJobScheduler(KubeWorkloadScheduler):
                 "skipped", f"no pods labelled {self.pod_selector(name)}: nothing to restart (see the pod_label setting)"
             )
         acted_at = self._now()
+        # the pods' template carries the attempt too: the re-created pods read it through the downward
+        # API (PYTORCHJOB_RESTART_ATTEMPT), so their metrics and alerts name the new attempt
+        replicas = (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+        template = {"template": {"metadata": {"annotations": {ANNOTATION_ATTEMPT: str(attempt + 1)}}}}
         self.api.patch_object(
             self.ref(request.workload),
             {
@@ -121,7 +126,8 @@ class PyTorchJobScheduler(KubeWorkloadScheduler):
                         ANNOTATION_RESTARTED_AT: rfc3339(acted_at),
                         ANNOTATION_LAST_INCIDENT: request.incident_id,
                     },
-                }
+                },
+                "spec": {"pytorchReplicaSpecs": dict.fromkeys(sorted(replicas), template)},
             },
         )
         return self._replace_pods(namespace, name, old, acted_at, attempt + 1, applied)

@@ -161,22 +161,51 @@ def run_trial(lab: Lab, fault: Fault, say: Callable[[str], None] = print, nodes:
                 lab.start_exporter(node)
 
 
-def _follow(lab: Lab, fault: Fault, job: str, say: Callable[[str], None]) -> TrialResult:
-    lab.wait_productive(job, 0, fault.nodes, 12, timeout=120)
-    nodes = expand_hostlist(str((lab.squeue(job) or {}).get("nodes", "")))
-    target = nodes[1] if len(nodes) > 1 else nodes[0]
+def _prepare(lab: Lab, fault: Fault, job: str, nodes: int) -> TrialResult:
+    """Wait until ``job`` trains and has a checkpoint; aim the fault at its second node."""
+    lab.wait_productive(job, 0, nodes, 12, timeout=120)
+    placed = expand_hostlist(str((lab.squeue(job) or {}).get("nodes", "")))
+    target = placed[1] if len(placed) > 1 else placed[0]
     result = TrialResult(fault.name, lab.mode, job, target, expected_action=fault.action)
     result.expected_nodes = [target] if fault.implicates_target else []
     result.checkpoint_step = lab.checkpoint_step(job)
+    return result
+
+
+def _follow(lab: Lab, fault: Fault, job: str, say: Callable[[str], None]) -> TrialResult:
+    result = _prepare(lab, fault, job, fault.nodes)
     t0 = time.time()
+    say(f"  +{0:6.2f}s  inject {fault.name} on {result.target}: {fault.description}")
+    result.events.append((0.0, f"inject {fault.name} on {result.target}: {fault.description}"))
+    fault.inject(lab, job, result.target)
+    return _observe(lab, fault, result, t0, say)
+
+
+def run_two_jobs(lab: Lab, fault: Fault, say: Callable[[str], None] = print) -> list[TrialResult]:
+    """Two 2-node jobs hit by ``fault`` at the same moment: each must get its own correct decision."""
+    jobs = [lab.submit(nodes=2, name="train-a"), lab.submit(nodes=2, name="train-b")]
+    try:
+        results = [_prepare(lab, fault, job, 2) for job in jobs]
+        t0 = time.time()
+        for result in results:
+            fault.inject(lab, result.job, result.target)
+            result.fault = f"two_jobs_{fault.name}"
+            result.events.append((0.0, f"inject {fault.name} on {result.target} (job {result.job})"))
+        say(f"  +{0:6.2f}s  inject {fault.name} on " + " and ".join(f"{r.target} (job {r.job})" for r in results))
+        return [_observe(lab, fault, result, t0, say) for result in results]
+    finally:
+        for job in jobs:
+            lab.cancel(job)
+
+
+def _observe(lab: Lab, fault: Fault, result: TrialResult, t0: float, say: Callable[[str], None]) -> TrialResult:
+    job, target = result.job, result.target
 
     def event(what: str, when: float | None = None) -> None:
         at = (when or time.time()) - t0
         result.events.append((at, what))
         say(f"  +{at:6.2f}s  {what}")
 
-    event(f"inject {fault.name} on {target}: {fault.description}", t0)
-    fault.inject(lab, job, target)
     deadline = t0 + fault.timeout_s
     seen_alert = False
     decision: dict[str, Any] | None = None
@@ -223,7 +252,7 @@ def _follow(lab: Lab, fault: Fault, job: str, say: Callable[[str], None]) -> Tri
     result.ok = result.action == fault.action and sorted(result.implicated) == sorted(result.expected_nodes)
     if lab.mode == "act" and result.action in ("requeue", "requeue_excluding") and decision["outcome"] == "done":
         try:
-            first_step = lab.wait_productive(job, 1, fault.nodes, 0, timeout=90)
+            first_step = lab.wait_productive(job, 1, len(lab.steps(job, 0)), 0, timeout=90)
         except LabError as exc:
             result.ok = False
             result.note = str(exc)
