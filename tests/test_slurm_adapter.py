@@ -481,10 +481,26 @@ def test_several_clusters_share_one_registry() -> None:
 def test_completing_job_is_not_requeued_yet() -> None:
     runner = FakeSlurm([with_job("squeue-running.json", job_state="COMPLETING")])
     for action in (Action.REQUEUE, Action.REQUEUE_EXCLUDING, Action.HOLD):
-        result = make(runner).act(req(action, attempt="0", exclude_nodes=("n2",)))
+        result = make(runner, settle_timeout_s=0).act(req(action, attempt="0", exclude_nodes=("n2",)))
         assert result.outcome == "failed"
         assert "COMPLETING" in result.detail
     assert runner.actions() == []
+
+
+def test_a_job_that_ends_while_we_act_is_requeued_once_it_settled() -> None:
+    """A dying rank ends the step at once: the decision often meets the job COMPLETING, then FAILED."""
+    failed = read("squeue-failed-and-unavailable.json")
+    completing = with_job(failed, "4", job_state="COMPLETING", comment="trainguard:policy=x")
+    after = with_job(failed, "4", job_state="PENDING", restart_cnt=1, excluded_nodes="n2")
+    runner = FakeSlurm(
+        [completing, completing, with_job(failed, "4", comment="trainguard:policy=x"), after],
+        [read("sinfo-allocated.json")],
+    )
+    result = make(runner, settle_timeout_s=10).act(req(Action.REQUEUE_EXCLUDING, "4", attempt="0",
+                                                       exclude_nodes=("n2",)))  # fmt: skip
+    assert result.outcome == "done", result.detail
+    assert ["scontrol", "requeue", "4"] in runner.actions()
+    assert sum(a[:2] == ["scontrol", "requeue"] for a in runner.actions()) == 1
 
 
 def test_failed_job_is_requeued_then_excluded_without_a_hold() -> None:

@@ -112,6 +112,9 @@ class SlurmSettings(BaseModel):
         description="Circuit breaker: at most this fraction of nodes (at least 1) drained "
         "by trainguard at once; further drains are skipped.",
     )
+    settle_timeout_s: float = Field(
+        15.0, ge=0, le=300, description="How long to keep looking while a job is between states (COMPLETING)."
+    )
     verify_timeout_s: float = Field(
         5.0, ge=0, le=120, description="How long to poll squeue/sinfo for an action's effect to show."
     )
@@ -148,6 +151,10 @@ class SlurmSettings(BaseModel):
             ssh_key=str(self.ssh_key) if self.ssh_key else None,
             ssh_known_hosts=str(self.ssh_known_hosts) if self.ssh_known_hosts else None,
         )
+
+
+class _Unsettled(Exception):
+    """The job is between states; look again shortly."""
 
 
 class SlurmScheduler:
@@ -277,6 +284,24 @@ class SlurmScheduler:
     # -- jobs
 
     def _job_action(self, request: ActionRequest) -> ActionResult:
+        """One job action; retried on a fresh observation while the job is between states.
+
+        A rank that dies ends the step at once (srun --kill-on-bad-exit, torchrun), so the decision
+        often arrives while the job is COMPLETING, or while it turns FAILED between our look and our
+        command ("Job has already finished"). Both settle within seconds; acting on a fresh look then
+        is right, giving up is not.
+        """
+        deadline = time.monotonic() + self.settings.settle_timeout_s
+        while True:
+            try:
+                return self._job_action_once(request)
+            except _Unsettled as exc:
+                if time.monotonic() >= deadline:
+                    return ActionResult("failed", f"{exc}; still unsettled after {self.settings.settle_timeout_s:g}s")
+                log.info("job %s: %s; looking again", request.workload, exc)
+                self._sleep(0.25)
+
+    def _job_action_once(self, request: ActionRequest) -> ActionResult:
         job = self.job(request.workload)
         if job is None:
             return ActionResult("failed", f"job {request.workload} is not listed by squeue; state unknown")
@@ -318,7 +343,7 @@ class SlurmScheduler:
         if job.state in (WorkloadState.COMPLETED, WorkloadState.CANCELLED):
             return ActionResult("skipped", f"job {job.job_id} is {job.slurm_state}; not requeued")
         if job.state is WorkloadState.COMPLETING:
-            return ActionResult("failed", f"job {job.job_id} is COMPLETING; its final state is not known yet")
+            raise _Unsettled(f"job {job.job_id} is COMPLETING; its final state is not known yet")
         others_held = job.held and not ours_held
         if ours_held:
             mode = "finish"  # an earlier try held it and stopped before the release: finish, never requeue again
@@ -372,7 +397,12 @@ class SlurmScheduler:
         elif mode == "requeue":
             held_at = now_s
             # mark before holding, so a responder killed right after the hold leaves a job the watchdog frees
-            self._set_marker(job.job_id, Marker(held_at, kept.excluded, request.incident_id, None, kept.other))
+            try:
+                self._set_marker(job.job_id, Marker(held_at, kept.excluded, request.incident_id, None, kept.other))
+            except SchedulerError as exc:
+                if "already finished" in str(exc) or "completing" in str(exc).lower():
+                    raise _Unsettled(f"job {job.job_id} ended while we acted ({exc})") from exc
+                raise
             try:
                 self.commands.run(["scontrol", "requeuehold", job.job_id])
             except SchedulerError:
@@ -452,7 +482,7 @@ class SlurmScheduler:
         acted_at = self._now()
         marker = Marker(int(acted_at.timestamp()), job.marker.excluded, request.incident_id, None, job.marker.other)
         if job.state is WorkloadState.COMPLETING:
-            return ActionResult("failed", f"job {job.job_id} is COMPLETING; its final state is not known yet")
+            raise _Unsettled(f"job {job.job_id} is COMPLETING; its final state is not known yet")
         if job.state is WorkloadState.PENDING:
             verb = "hold"
         elif job.state is WorkloadState.RUNNING:
