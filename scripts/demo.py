@@ -130,12 +130,14 @@ class Demo:
             fresh = self.new_records(0, timeout=0)
             self.check(len(fresh) == expect["new_decisions"], f"{len(fresh)} new decision(s)")
             return
+        time.sleep(scene.get("pause_before", 0))
         workloads = scene.get("together") or [scene["workload"]]
-        for workload in workloads:
-            alerts = scene_alerts(scene, workload)
-            body = self.client.post("/v1/alerts", json=notification(alerts)).json()
-            print(f"    Alertmanager -> POST /v1/alerts: {body['alerts']} alerts for workload {workload!r} "
-                  f"({body['evidence']} evidence, {body['rejected']} rejected)")  # fmt: skip
+        # Workloads that fail together arrive together: one notification (one Alertmanager group).
+        alerts = [a for workload in workloads for a in scene_alerts(scene, workload)]
+        body = self.client.post("/v1/alerts", json=notification(alerts)).json()
+        names = ", ".join(map(repr, workloads))
+        print(f"    Alertmanager -> POST /v1/alerts: {body['alerts']} alerts for workload(s) {names} "
+              f"({body['evidence']} evidence, {body['rejected']} rejected)")  # fmt: skip
         wanted = len(workloads) + (1 if "drain" in expect else 0)
         fresh = self.new_records(wanted)
         for record in fresh:
@@ -176,10 +178,10 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-demo-"))
     db, port = workdir / "trainguard.db", free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "TRAINGUARD_BREAKER__CORRELATED_WINDOW_S": "1"}
+    env = {**os.environ, "TRAINGUARD_BREAKER__CORRELATED_WINDOW_S": "2"}
     print(f"{BOLD}trainguard demo{RESET}: a real `trainguard serve` on {url}, store {db}")
     print(f"{DIM}monitor mode (the default): every decision is recorded, no scheduler is touched.")
-    print("Scenes arrive seconds apart, so the breaker's correlation window is shortened to 1 s for the demo.")
+    print("Scenes arrive seconds apart, so the breaker's correlation window is shortened to 2 s for the demo.")
     print(f"{RESET}", end="")
     log = (workdir / "serve.log").open("wb")
     server = subprocess.Popen([TRAINGUARD, "serve", "--port", str(port), "--db", str(db)], stdout=log,

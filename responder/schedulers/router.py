@@ -35,13 +35,14 @@ class ClusterSchedulers:
 
 
 def build_schedulers(settings: Settings, registry: CollectorRegistry | None = None) -> ClusterSchedulers:
-    """Adapters from ``clusters.<name>.scheduler`` ({kind: slurm|recording, ...}).
+    """Adapters from ``clusters.<name>.scheduler`` ({kind: slurm|jobset|pytorchjob|recording, ...}).
 
     With a ``registry``, each adapter's command counters and the scheduler's own view (Slurm: job
     and node states of watched workloads) are exported with the responder's metrics.
     """
     adapters: dict[str, Scheduler] = {}
     slurm_metrics = None
+    kube_metrics = None
     for name, cluster in settings.clusters.items():
         if cluster.scheduler is None:
             continue
@@ -60,6 +61,21 @@ def build_schedulers(settings: Settings, registry: CollectorRegistry | None = No
             adapters[name] = adapter
             if registry is not None:
                 registry.register(SlurmCollector(adapter, name))
+        elif kind in ("jobset", "pytorchjob"):
+            from responder.schedulers.jobset import JobSetScheduler, JobSetSettings  # noqa: PLC0415
+            from responder.schedulers.kubernetes import KubeRequestMetrics  # noqa: PLC0415
+            from responder.schedulers.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings  # noqa: PLC0415
+
+            if kube_metrics is None:
+                kube_metrics = KubeRequestMetrics(registry)
+            if kind == "jobset":
+                adapters[name] = JobSetScheduler(JobSetSettings(**{"cluster": name, **config}), metrics=kube_metrics)
+            else:
+                adapters[name] = PyTorchJobScheduler(
+                    PyTorchJobSettings(**{"cluster": name, **config}), metrics=kube_metrics
+                )
         else:
-            raise ValueError(f"clusters.{name}.scheduler.kind: {kind!r} is not one of: slurm, recording")
+            raise ValueError(
+                f"clusters.{name}.scheduler.kind: {kind!r} is not one of: slurm, jobset, pytorchjob, recording"
+            )
     return ClusterSchedulers(adapters)
