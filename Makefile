@@ -52,11 +52,11 @@ demo: install-lab  ## the whole stack on real Slurm: a GPU fault in real trainin
 demo-replay: install  ## no root needed: replay recorded incidents through a real `trainguard serve`
 	$(BIN)/python scripts/demo.py
 
-bench: install-lab  ## all benchmarks; JSON and reports under bench/results/ (about 40 minutes)
+bench: install-lab  ## all benchmarks; JSON and reports under bench/results/ (about an hour)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/scan.py
 	$(BIN)/python bench/slurm_action.py --trials 10
-	$(BIN)/python bench/detection.py
+	$(BIN)/python bench/detection.py --trials 20
 	$(BIN)/python bench/lab.py --trials 3
 
 bench-quick: install-lab  ## one lab trial per fault class plus two healthy runs (under 10 minutes)

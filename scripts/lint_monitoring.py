@@ -21,23 +21,11 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from responder.alerts import CATEGORIES, SEVERITIES
+
 ROOT = Path(__file__).resolve().parent.parent
 RUNBOOK_BASE = "https://github.com/trainguard/trainguard/blob/main/docs/runbook.md#"
-CATEGORIES = frozenset(
-    {
-        "infra_gpu",
-        "infra_network",
-        "infra_node",
-        "collective_timeout",
-        "app_error",
-        "hang",
-        "straggler",
-        "crash",
-        "node_lost",
-        "no_progress",
-    }
-)
-SEVERITIES = frozenset({"critical", "warning", "info"})
 ANNOTATIONS = ("summary", "description", "runbook_url")
 INSTALL_HINT = "apt-get install prometheus prometheus-alertmanager"
 TOOL_TIMEOUT_S = 120

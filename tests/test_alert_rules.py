@@ -16,24 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
+from responder.alerts import CATEGORIES
 from tests.services import require_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "alert_rules"
 RULE_FILES = sorted(RULES.glob("*.yml")) + sorted((RULES / "profiles").glob("*.yml"))
 TEST_FILES = sorted((RULES / "tests").glob("*.yml"))
-CATEGORIES = {
-    "infra_gpu",
-    "infra_network",
-    "infra_node",
-    "collective_timeout",
-    "app_error",
-    "hang",
-    "straggler",
-    "crash",
-    "node_lost",
-    "no_progress",
-}
 
 
 def _load_lint() -> ModuleType:

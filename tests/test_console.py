@@ -7,9 +7,6 @@ that hostile label values come out escaped.
 
 from __future__ import annotations
 
-import contextlib
-import hmac
-import ipaddress
 import re
 import time
 from collections.abc import Iterator
@@ -20,13 +17,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
-from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from responder.app import create_app
 from responder.clock import SystemClock
-from responder.console import console_routes
-from responder.errors import Forbidden, Unauthorized
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import ClusterSettings, Settings
 from responder.store import SqliteStore
@@ -36,37 +30,9 @@ from tests.services import wait_until
 OPERATOR_TOKEN = "op-s3cret"
 
 
-def stand_in_require_operator(settings: Settings) -> Any:
-    """The API's operator rule (responder/app.py ``require_operator``), until app.py mounts the console.
-
-    Once create_app serves /console itself (see ``console_app``), the real check is used and this
-    stand-in is not.
-    """
-    token = settings.operator_secret()
-
-    def require_operator(request: Request) -> str:
-        if token is not None:
-            scheme, _, given = request.headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
-                raise Unauthorized("this operation needs 'Authorization: Bearer <token>'")
-            return "operator token"
-        client = request.client.host if request.client else ""
-        with contextlib.suppress(ValueError):
-            if ipaddress.ip_address(client).is_loopback:
-                return f"loopback client {client}"
-        if client == "testclient":
-            return "test client"
-        raise Forbidden("no operator token is configured: mode changes are accepted from loopback only")
-
-    return require_operator
-
-
 def console_app(settings: Settings, store: SqliteStore) -> Starlette:
-    """The responder app with its console: create_app's own once wired, else mounted here."""
-    app = create_app(settings, store, RecordingScheduler(outcome="done"), SystemClock(), registry=CollectorRegistry())
-    if not any(getattr(route, "path", None) == "/console" for route in app.routes):
-        app.router.routes.extend(console_routes(app.state.engine, store, settings, stand_in_require_operator(settings)))
-    return app
+    """The responder app, which serves its console at /console."""
+    return create_app(settings, store, RecordingScheduler(outcome="done"), SystemClock(), registry=CollectorRegistry())
 
 
 def lab_settings(db: Path, **values: Any) -> Settings:

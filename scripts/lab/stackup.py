@@ -33,7 +33,9 @@ if str(ROOT) not in sys.path:
 from tests.stack import (  # noqa: E402 - the lab reuses the tests' Prometheus/Alertmanager launchers
     RESEND_DELAY,
     Service,
+    StackError,
     alertmanager_config,
+    poll,
     prometheus_config,
     start_alertmanager,
     start_prometheus,
@@ -72,14 +74,10 @@ def missing_requirements() -> list[str]:
 
 
 def wait(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise LabError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    try:
+        return poll(predicate, timeout, what, interval)
+    except StackError as exc:
+        raise LabError(str(exc)) from None
 
 
 @dataclass
