@@ -149,6 +149,7 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=3, help="trials per class and mode (full run)")
     parser.add_argument("--classes", nargs="*", help="only these fault classes")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--fast-path", action="store_true", help="exporters also post straight to Alertmanager")
     args = parser.parse_args()
     missing = missing_requirements()
     if missing:
@@ -165,7 +166,7 @@ def main() -> int:
     trials: list[TrialResult] = []
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-bench-"))
-    lab = Lab(workdir, mode="act", say=lambda m: print(f"[lab] {m}", flush=True))
+    lab = Lab(workdir, mode="act", fast_path=args.fast_path, say=lambda m: print(f"[lab] {m}", flush=True))
     try:
         with lab.running():
             for i, (fault, mode) in enumerate(plan, 1):
@@ -189,6 +190,7 @@ def main() -> int:
         **aggregate(trials),
         "targets": TARGETS,
         "trials": len(trials),
+        "fast_path": args.fast_path,
         "wall_s": round(time.monotonic() - started, 1),
         "machine": {
             "cpus": os.cpu_count(),

@@ -74,6 +74,14 @@ def plan(
         reason = f"attempt {attempt} failed and the cap is {policy.max_attempts} attempts: {verdict.summary}"
     elif verdict.failure_class == "app":
         action, reason = policy.app, f"{verdict.summary}: a retry would fail the same way"
+    elif verdict.failure_class == "infra" and verdict.implicated and set(verdict.implicated) <= set(carried):
+        # Evidence about nodes this workload was already moved off: late signals of an earlier attempt
+        # (a scheduler still listing the old allocation, a rule's window), not a fault of this one.
+        return Plan(
+            Action.NONE,
+            f"{verdict.summary}, but {', '.join(verdict.implicated)} already excluded from this workload: "
+            "evidence of an earlier attempt, nothing to do",
+        )
     elif verdict.failure_class == "infra" and verdict.implicated:
         action, reason = policy.infra_with_nodes, f"{verdict.summary}: restart without them"
     elif verdict.failure_class == "infra":

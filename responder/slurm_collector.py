@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from responder.schedulers.base import SchedulerError
+from responder.schedulers.base import SchedulerError, WorkloadState
 from responder.schedulers.slurm import SlurmScheduler
 from responder.schedulers.slurm_parse import SlurmJob, SlurmNode
 
@@ -120,8 +120,11 @@ class SlurmCollector(Collector):
                 held.add_metric([*ids, "1" if j.marker.held_at is not None else "0"], 1)
             if j.marker.held_at is not None:
                 held_since.add_metric(ids, j.marker.held_at)
-            for n in j.nodes:
-                job_node.add_metric([*ids, str(j.restart_cnt), n], 1)
+            # Only a running job's allocation is its current attempt's: a COMPLETING or requeued job still
+            # lists the nodes of the attempt that ended, under the new restart count.
+            if j.state is WorkloadState.RUNNING:
+                for n in j.nodes:
+                    job_node.add_metric([*ids, str(j.restart_cnt), n], 1)
             excluded.add_metric(ids, len(j.excluded_nodes))
             relevant.update(j.nodes)
             relevant.update(j.excluded_nodes)

@@ -73,3 +73,11 @@ def test_three_attempts_without_a_new_checkpoint_stop_with_the_cause() -> None:
     assert checkpoint_gate(progressing, 2, 3) is None
     assert plan(_v("infra", ("n1",)), "2", P, set(), {"critical"}, progressing).action == Action.REQUEUE_EXCLUDING
     assert checkpoint_gate({}, 1, 3) is None  # too few attempts to judge
+
+
+def test_evidence_about_nodes_already_excluded_does_not_requeue_again() -> None:
+    """A scheduler still listing an ended attempt's allocation must not trigger a second requeue."""
+    chosen = plan(_v("infra", ("n2",)), "1", P, {"n2"}, {"critical"})
+    assert chosen.action == Action.NONE
+    assert "already excluded" in chosen.reason
+    assert plan(_v("infra", ("n2", "n3")), "1", P, {"n2"}, {"critical"}).action == Action.REQUEUE_EXCLUDING

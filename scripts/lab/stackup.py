@@ -104,6 +104,7 @@ class Lab:
     mode: str = "act"
     port_base: int = 19400
     correlation_window_s: float = 1.0
+    fast_path: bool = False  # exporters also post critical matches straight to Alertmanager
     say: Callable[[str], None] = print
     procs: list[Proc] = field(default_factory=list)
     services: list[Service] = field(default_factory=list)
@@ -231,6 +232,8 @@ class Lab:
             "--log", str(self.node_dir("logs", node) / "*.log"), "--kernel-log", str(self.kmsg(node)),
             "--progress-dir", str(self.node_dir("progress", node)), "--poll-interval", "0.2", "--no-nvml",
         ]  # fmt: skip
+        if self.fast_path:
+            argv += ["--alertmanager-url", f"http://127.0.0.1:{self.port_base + 11}"]
         self.exporters[node] = self._spawn(f"exporter-{node}", argv)
 
     def stop_exporter(self, node: str) -> None:
