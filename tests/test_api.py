@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -249,3 +251,30 @@ def test_unreachable_prometheus_means_deciding_from_alerts_and_saying_so(
     assert decision["action"] == "requeue_excluding"
     assert decision["excluded_nodes"] == ["gpu-002"]
     assert any("Prometheus unreachable" in line for line in decision["attribution"]["explanation"])
+
+
+def test_store_failure_is_a_503_so_alertmanager_resends(tmp_path: Path) -> None:
+    """Only a failure to store is a 5xx: Alertmanager retries 5xx, so nothing accepted is lost."""
+    import sqlite3  # noqa: PLC0415
+
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415
+    from starlette.testclient import TestClient  # noqa: PLC0415
+
+    from responder.app import create_app  # noqa: PLC0415
+    from responder.clock import SystemClock  # noqa: PLC0415
+    from responder.schedulers.recording import RecordingScheduler  # noqa: PLC0415
+    from responder.settings import Settings  # noqa: PLC0415
+    from responder.store import SqliteStore  # noqa: PLC0415
+
+    class FullDisk(SqliteStore):
+        def ingest(self, *args: object, **kwargs: object) -> Any:
+            raise sqlite3.OperationalError("database or disk is full")
+
+    store = FullDisk(tmp_path / "tg.db")
+    app = create_app(Settings(db_path=tmp_path / "tg.db"), store, RecordingScheduler(), SystemClock(),
+                     registry=CollectorRegistry())  # fmt: skip
+    with TestClient(app) as client:
+        response = client.post("/v1/alerts", json=nccl_storm_with_xid(ranks_per_host=1, hosts=2))
+    store.close()
+    assert response.status_code == 503
+    assert "disk is full" in response.json()["detail"]
