@@ -17,6 +17,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal, Protocol, runtime_checkable
 
+from trainguard.identity import IdentityError, validate_cluster, validate_host, validate_workload
+
 
 class Action(StrEnum):
     """Actions of CONTRACT §5, plus ``resume_node`` (the operator's undo of ``drain_node``)."""
@@ -86,6 +88,31 @@ class WorkloadObservation:
     reason: str = ""
     opted_in: bool | None = None  # the workload asked to be acted on; None: the scheduler cannot say
     extra: dict[str, str] = field(default_factory=dict)
+
+
+def identity_refusal(request: ActionRequest, scheduler: str, own_cluster: str | None) -> str | None:
+    """Why ``request`` must not reach a scheduler, or None: every value that could end up in a command
+    or an API call is checked again here, in the adapter, whatever the responder checked before."""
+    try:
+        validate_cluster(request.cluster)
+        if own_cluster is not None and request.cluster != own_cluster:
+            return f"cluster {request.cluster!r} is not this adapter's cluster {own_cluster!r}"
+        node_action = request.action in (Action.DRAIN_NODE, Action.RESUME_NODE)
+        if node_action and request.node is None:
+            return f"{request.action} needs a node"
+        if request.node is not None:
+            validate_host(request.node)
+        if not node_action:
+            validate_workload(request.workload, scheduler)
+        for node in request.exclude_nodes:
+            validate_host(node)
+    except IdentityError as exc:
+        return str(exc)
+    if request.attempt is not None and not (request.attempt.isdigit() and len(request.attempt) <= 9):
+        return f"attempt {request.attempt!r} is not a decimal number"
+    if request.action not in set(Action):
+        return f"unknown action {request.action!r}"
+    return None
 
 
 @runtime_checkable

@@ -48,8 +48,9 @@ from responder.schedulers.base import (
     SchedulerError,
     WorkloadObservation,
     WorkloadState,
+    identity_refusal,
 )
-from trainguard.identity import IdentityError, validate_cluster, validate_host, validate_workload
+from trainguard.identity import IdentityError, validate_cluster, validate_workload
 
 log = logging.getLogger(__name__)
 
@@ -397,25 +398,10 @@ def excluded_from(obj: Mapping[str, Any]) -> tuple[str, ...]:
 
 def refusal(request: ActionRequest, settings: KubeSettings, scheduler: str) -> str | None:
     """Validate every value that may reach a request; a reason to refuse, or None."""
-    try:
-        validate_cluster(request.cluster)
-        if settings.cluster is not None and request.cluster != settings.cluster:
-            return f"cluster {request.cluster!r} is not this adapter's cluster {settings.cluster!r}"
-        if request.node is not None or request.action in ("drain_node", "resume_node"):
-            if request.node is None:
-                return f"{request.action} needs a node"
-            validate_host(request.node)
-        if request.action not in ("drain_node", "resume_node"):
-            validate_workload(request.workload, scheduler)
-        for node in request.exclude_nodes:
-            validate_host(node)
-    except IdentityError as exc:
-        return str(exc)
-    if request.attempt is not None and not (request.attempt.isdigit() and len(request.attempt) <= 9):
-        return f"attempt {request.attempt!r} is not a decimal number"
-    if not valid_label_value(request.incident_id):
-        return f"incident id {request.incident_id!r} is not a Kubernetes label value (it names the node taint)"
-    return None
+    reason = identity_refusal(request, scheduler, settings.cluster)
+    if reason is None and not valid_label_value(request.incident_id):
+        reason = f"incident id {request.incident_id!r} is not a Kubernetes label value (it names the node taint)"
+    return reason
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from responder.schedulers.base import (
     SchedulerError,
     WorkloadObservation,
     WorkloadState,
+    identity_refusal,
 )
 from responder.schedulers.slurm_cli import (
     Runner,
@@ -261,25 +262,10 @@ class SlurmScheduler:
 
     def _refuse(self, request: ActionRequest) -> str | None:
         """Validate every value that may reach a command; a reason to refuse, or None."""
-        try:
-            self._check_cluster(request.cluster)
-            if request.action in (Action.DRAIN_NODE, Action.RESUME_NODE):
-                if request.node is None:
-                    return f"{request.action} needs a node"
-                validate_host(request.node)
-            else:
-                validate_workload(request.workload, scheduler="slurm")
-            for node in request.exclude_nodes:
-                validate_host(node)
-        except IdentityError as exc:
-            return str(exc)
-        if request.attempt is not None and not (request.attempt.isdigit() and len(request.attempt) <= 9):
-            return f"attempt {request.attempt!r} is not a decimal number"
-        if not valid_incident_id(request.incident_id):
-            return f"incident id {request.incident_id!r} is not [A-Za-z0-9][A-Za-z0-9_.:-]{{0,127}}"
-        if request.action not in set(Action):
-            return f"unknown action {request.action!r}"
-        return None
+        reason = identity_refusal(request, "slurm", self.settings.cluster)
+        if reason is None and not valid_incident_id(request.incident_id):
+            reason = f"incident id {request.incident_id!r} is not [A-Za-z0-9][A-Za-z0-9_.:-]{{0,127}}"
+        return reason
 
     # -- jobs
 
