@@ -100,3 +100,14 @@ def test_webhook_token_from_file(tmp_path: Path) -> None:
     assert load_settings(webhook_token_file=token).webhook_secret() == "abc"
     with pytest.raises(ConfigError, match="cannot read"):
         load_settings(webhook_token_file=tmp_path / "missing").webhook_secret()
+
+
+def test_the_documented_configuration_example_loads(tmp_path: Path) -> None:
+    """docs/configuration.md's example must stay a valid configuration."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "configuration.md").read_text()
+    example = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = tmp_path / "trainguard.yaml"
+    config.write_text(example)
+    settings = load_settings(config)
+    assert settings.cluster("lab").policy.no_progress_attempts == 3
+    assert settings.breaker.correlated_workloads == 3
