@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,15 +31,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.payloads import alert, nccl_storm_with_xid, notification  # noqa: E402
+from tests.services import free_port  # noqa: E402
 
 TRAINGUARD = str(Path(sys.executable).parent / "trainguard")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:

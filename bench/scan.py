@@ -27,7 +27,6 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from exporters.cli import iter_chunks  # noqa: E402 - after the path set-up above
 from exporters.patterns import Matcher, load_catalog  # noqa: E402
+from tests.services import free_port  # noqa: E402
 
 XID_LINE = "[{t:.6f}] NVRM: Xid (PCI:0000:10:1c): 79, pid=1896, name=python3, GPU has fallen off the bus.\n"
 
@@ -192,13 +192,6 @@ def bench_scan(path: Path, rounds: int) -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _proc_cpu(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -229,7 +222,7 @@ def _value(text: str, name: str) -> float:
 
 class ExporterProcess:
     def __init__(self, workdir: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         argv = [
             sys.executable, "-m", "trainguard.cli", "exporter", "--cluster", "bench", "--node", "bench-node",

@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 
 from responder.schedulers.base import Action, ActionRequest, WorkloadState  # noqa: E402
 from responder.schedulers.slurm import SlurmScheduler, SlurmSettings  # noqa: E402
+from tests.services import free_port  # noqa: E402
 
 LAB = ROOT / "slurm" / "lab.sh"
 JOB = """#!/bin/bash
@@ -46,13 +47,6 @@ srun bash -c 'd={hb}/$SLURM_JOB_ID; mkdir -p $d
 while :; do echo "${{SLURM_RESTART_COUNT:-0}} $(date +%s.%N)" > $d/$SLURMD_NODENAME.tmp
   mv $d/$SLURMD_NODENAME.tmp $d/$SLURMD_NODENAME; sleep 0.2; done'
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def free_port_block(count: int) -> int:

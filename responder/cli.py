@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,25 +131,30 @@ def _operator_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def _decisions(args: argparse.Namespace) -> int:
-    if args.db is not None:
-        return _decisions_from_store(args)
+def _call(command: str, args: argparse.Namespace, send: Callable[[httpx.Client], httpx.Response]) -> Any:
+    """The JSON body of one API call, or the exit code: 1 unreachable or a server error, 2 refused."""
     url = _base_url(args)
     try:
         with httpx.Client(base_url=url, timeout=10) as client:
-            if args.id:
-                response = client.get(f"/v1/decisions/{args.id}")
-            else:
-                params = {k: v for k in ("cluster", "workload", "action", "mode", "since") if (v := getattr(args, k))}
-                params["limit"] = str(args.limit)
-                response = client.get("/v1/decisions", params=params)
+            response = send(client)
     except httpx.HTTPError as exc:
-        print(f"trainguard decisions: cannot reach {url}: {exc}", file=sys.stderr)
+        print(f"trainguard {command}: cannot reach {url}: {exc}", file=sys.stderr)
         return 1
     if response.status_code != 200:
-        print(f"trainguard decisions: {response.status_code} {response.text}", file=sys.stderr)
+        print(f"trainguard {command}: {response.status_code} {response.text}", file=sys.stderr)
         return 1 if response.status_code >= 500 else 2
-    body = response.json()
+    return response.json()
+
+
+def _decisions(args: argparse.Namespace) -> int:
+    if args.db is not None:
+        return _decisions_from_store(args)
+    params = {k: v for k in ("cluster", "workload", "action", "mode", "since") if (v := getattr(args, k))}
+    params["limit"] = str(args.limit)
+    path = f"/v1/decisions/{args.id}" if args.id else "/v1/decisions"
+    body = _call("decisions", args, lambda client: client.get(path, params={} if args.id else params))
+    if isinstance(body, int):
+        return body
     if args.id:
         print(json.dumps(body, indent=2))
         return 0
@@ -197,20 +203,15 @@ def _print_records(records: list[dict[str, Any]], as_json: bool) -> None:
 
 
 def _mode(args: argparse.Namespace) -> int:
-    url = _base_url(args)
     path = f"/v1/clusters/{args.cluster}/mode"
-    try:
-        with httpx.Client(base_url=url, timeout=10) as client:
-            if args.mode is None:
-                response = client.get(path)
-            else:
-                response = client.put(path, json={"mode": args.mode}, headers=_operator_headers())
-    except httpx.HTTPError as exc:
-        print(f"trainguard mode: cannot reach {url}: {exc}", file=sys.stderr)
-        return 1
-    if response.status_code != 200:
-        print(f"trainguard mode: {response.status_code} {response.text}", file=sys.stderr)
-        return 1 if response.status_code >= 500 else 2
-    body = response.json()
+
+    def send(client: httpx.Client) -> httpx.Response:
+        if args.mode is None:
+            return client.get(path)
+        return client.put(path, json={"mode": args.mode}, headers=_operator_headers())
+
+    body = _call("mode", args, send)
+    if isinstance(body, int):
+        return body
     print(f"{body['cluster']}: {body['mode']}")
     return 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,17 +23,13 @@ import httpx
 import yaml
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from tests.services import free_port  # noqa: E402 - the one free-port helper of the repository
+
 TRAINGUARD = str(Path(sys.executable).parent / "trainguard")
 BOLD, DIM, GREEN, RED, YELLOW, RESET = (
     ("\033[1m", "\033[2m", "\033[32m", "\033[31m", "\033[33m", "\033[0m") if sys.stdout.isatty() else ("",) * 6
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def iso(ts: float) -> str:

@@ -11,8 +11,11 @@ import shutil
 import socket
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 PACKAGES = {
     "prometheus": "prometheus",
@@ -53,13 +56,27 @@ def free_port() -> int:
         return port
 
 
-def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.05, what: str = "") -> object:
-    """Poll ``predicate`` until it returns something truthy; fail the test with ``what`` on timeout."""
+def poll(
+    predicate: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
+    error: type[Exception] = TimeoutError,
+) -> T:
+    """Call ``predicate`` until it returns something truthy; ``error`` naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what or predicate}")
+            raise error(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.05, what: str = "") -> object:
+    """Poll ``predicate`` until it returns something truthy; fail the test with ``what`` on timeout."""
+    try:
+        return poll(predicate, timeout, what or str(predicate), interval)
+    except TimeoutError as exc:
+        pytest.fail(str(exc))

@@ -48,6 +48,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from tests import services
 from tests.services import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,14 +76,7 @@ def find_binary(name: str) -> str:
 
 def poll(predicate: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
     """Call ``predicate`` until it returns something truthy; StackError naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise StackError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    return services.poll(predicate, timeout, what, interval, error=StackError)
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
