@@ -1,7 +1,7 @@
 """Assign the real-log corpus to its tuning and reporting halves, once.
 
-    python scripts/corpus_split.py            # give every case without a split one; rewrite the files
-    python scripts/corpus_split.py --check    # exit 1 if a case has no split (CI's guard)
+    .venv/bin/python scripts/corpus_split.py            # give every case without a split one; rewrite the files
+    .venv/bin/python scripts/corpus_split.py --check    # exit 1 if a case has no split (CI's guard)
 
 A case's half follows from a hash of its id alone (even: ``tune``, odd: ``report``), so nobody chooses
 where a case lands, the rule gives the same answer before and after other cases are added, and a case
@@ -12,17 +12,13 @@ results.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
 
+from exporters.evaluation import half
+
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "data" / "corpus"
-
-
-def half(case_id: str) -> str:
-    """The half a case belongs to, from its id alone."""
-    return "tune" if hashlib.sha256(case_id.encode()).digest()[0] % 2 == 0 else "report"
 
 
 def assign(cases: list[dict[str, object]]) -> int:
@@ -40,8 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only check that every case has a split")
     args = parser.parse_args(argv)
     files = sorted(CORPUS.glob("*.jsonl"))
-    by_file = {path: [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-               for path in files}
+    by_file = {
+        path: [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        for path in files
+    }
     everything = [case for cases in by_file.values() for case in cases]
     if args.check:
         missing = [str(c["id"]) for c in everything if c.get("split") not in ("tune", "report")]
