@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         for wrong in mistakes([o for o in outcomes if o.case.split == args.split]):
             print(json.dumps(wrong))
         return 0
-    result = {
+    result: dict[str, Any] = {
         "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"python": platform.python_version(), "cpu": platform.processor() or platform.machine()},
         "engine": engine,
