@@ -37,8 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from exporters.cli import iter_chunks  # noqa: E402 - after the path set-up above
 from exporters.patterns import Matcher, load_catalog  # noqa: E402
+from exporters.patterns_cli import iter_chunks  # noqa: E402 - after the path set-up above
 from tests.services import free_port  # noqa: E402
 
 XID_LINE = "[{t:.6f}] NVRM: Xid (PCI:0000:10:1c): 79, pid=1896, name=python3, GPU has fallen off the bus.\n"
@@ -177,7 +177,7 @@ def bench_scan(path: Path, rounds: int) -> dict[str, Any]:
     return {
         "file_mb": round(size / 1e6, 1),
         "patterns": len(matcher.patterns),
-        "prefilter_needles": len(matcher.needles),
+        "engine": matcher.engine.name,
         "trainguard_mb_per_s_per_core": round(ours, 1),
         "trainguard_cpu_seconds": round(best, 3),
         "trainguard_matching_lines": matches,
