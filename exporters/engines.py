@@ -50,6 +50,7 @@ class _Table:
         self.xid_block = xid_ids[0] if xid_ids else -1
         self.xid_by_code = {p.xid: i for i, p in enumerate(patterns) if p.xid is not None and p.xid >= 0}
         self.xid_other = next((i for i, p in enumerate(patterns) if p.xid == -1), -1)
+        self._xid_memo: dict[bytes, int | None] = {}
         # (id, line-bounded regex source): the Xid block is one entry
         self.exprs: list[tuple[int, str]] = [(i, p.regex.pattern) for i, p in enumerate(patterns) if p.xid is None]
         if xid_ids:
@@ -60,6 +61,16 @@ class _Table:
         """The row an engine's hit names: the Xid block resolves to the code's row (first in the line)."""
         if index != self.xid_block:
             return index
+        # only the text from the first "NVRM: Xid" decides, and a flood repeats it: remember it
+        key = line[line.find(b"NVRM: Xid") :]
+        if key in self._xid_memo:
+            return self._xid_memo[key]
+        if len(self._xid_memo) >= 4096:
+            self._xid_memo.clear()
+        self._xid_memo[key] = got = self._resolve_xid(line)
+        return got
+
+    def _resolve_xid(self, line: bytes) -> int | None:
         best: int | None = None
         for m in _XID_CODE.finditer(line):
             row = self.xid_by_code.get(int(m.group(1)), self.xid_other)

@@ -198,17 +198,21 @@ class Exporter:
         if not findings:
             return
         ctx = self._context(f)
+        # a flood is thousands of equal findings: count them per (row or kind, rank, host) at once
+        groups: dict[tuple[Pattern | None, str | None, str | None, str | None], list[Finding]] = {}
         for m in findings:
-            targets = self._kernel_identities() if f.kernel else [self._identity(ctx, False, m.rank, m.host)]
-            if m.pattern is None:
-                for target in targets:
-                    self.counters.add_unclassified(target, m.kind or "error")
-                continue
-            self.matches += 1
+            groups.setdefault((m.pattern, m.kind, m.rank, m.host), []).append(m)
+        for (pattern, kind, rank, host), same in groups.items():
+            targets = self._kernel_identities() if f.kernel else [self._identity(ctx, False, rank, host)]
             for target in targets:
-                ident = self.counters.add(target, m.pattern)
-                if self.fastpath is not None and m.pattern.pages:
-                    self._page(ident, m.pattern, m.text)
+                if pattern is None:
+                    self.counters.add_unclassified(target, kind or "error", len(same))
+                    continue
+                ident = self.counters.add(target, pattern, len(same))
+                if self.fastpath is not None and pattern.pages:
+                    self._page(ident, pattern, same[0].text)
+            if pattern is not None:
+                self.matches += len(same)
 
     def _page(self, ident: Identity, pattern: Pattern, text: str) -> None:
         alertname = LOG_PATTERN_ALERTS[pattern.category]

@@ -63,12 +63,12 @@ class PatternCounters(Collector):
             self.counts[key] = self.counts.get(key, 0) + n
             return ident
 
-    def add_unclassified(self, ident: Identity, kind: str) -> Identity:
+    def add_unclassified(self, ident: Identity, kind: str, n: int = 1) -> Identity:
         """An error-looking line no row names; ``kind`` is one of ``KINDS`` (anything else counts as error)."""
         with self.lock:
             ident = self._admit(ident)
             key = (ident, kind if kind in KINDS else "error")
-            self.unclassified[key] = self.unclassified.get(key, 0) + 1
+            self.unclassified[key] = self.unclassified.get(key, 0) + n
             return ident
 
     def value(self, ident: Identity, pattern_id: str) -> int | None:

@@ -9,7 +9,6 @@ without input (``due``), so a held event delays detection by at most that.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from typing import Final
@@ -40,13 +39,15 @@ MEMO_LINE: Final = 1024
 Event = Traceback | StandaloneElastic | Nvrm
 
 
-# the dmesg time stamp ("[ 8901.234567] " or, with -T, "[Sat Nov 28 10:01:02 2026] ") that a flood varies
-_STAMP: Final = re.compile(rb"\[(?:\s*[0-9]+\.[0-9]+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9]{2} [0-9:]{8} [0-9]{4})\] ")
+_WEEKDAYS: Final = (b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun")
 
 
 def _stamp_end(raw: bytes) -> int:
-    m = _STAMP.match(raw)
-    return m.end() if m else 0
+    """Length of a leading dmesg stamp ``[ 123.456] `` or ``[Sat Nov 28 10:01:02 2026] `` (a flood varies it)."""
+    if raw[:1] != b"[" or not (raw[1:2] in b" 0123456789" or raw[1:4] in _WEEKDAYS):
+        return 0
+    close = raw.find(b"] ", 1, 40)
+    return close + 2 if close > 0 else 0
 
 
 class Matcher:
@@ -182,9 +183,10 @@ class _Walk:
         raw = self.buf[start : end - 1]
         text = raw.decode("utf-8", "replace").rstrip("\r")
         tokens = self.sc.memo_tokens(raw)
+        # the tokens dict is shared by repeated lines: findings treat it as read-only
         if row is not None:
-            return Finding(self.number(start), self.sc.patterns[row], text, dict(tokens))
-        return Finding(self.number(start), None, text, dict(tokens), _MARK_KIND[mark or 0])
+            return Finding(self.number(start), self.sc.patterns[row], text, tokens)
+        return Finding(self.number(start), None, text, tokens, _MARK_KIND[mark or 0])
 
     def _line(self, start: int, end: int) -> Line:
         raw = self.buf[start : end - 1].decode("utf-8", "replace").rstrip("\r")
