@@ -211,6 +211,7 @@ class Exporter:
                 ident = self.counters.add(target, pattern, len(same))
                 if self.fastpath is not None and pattern.pages:
                     self._page(ident, pattern, same[0].text)
+                    self.fastpath.note_repeats(len(same) - 1)
             if pattern is not None:
                 self.matches += len(same)
 
