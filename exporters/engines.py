@@ -30,7 +30,12 @@ class Engine(Protocol):
     name: str
 
     def scan(self, data: bytes) -> tuple[Hits, Hits]:
-        """(rows, markers) per line of ``data``, which ends with a newline."""
+        """(rows, markers) per line of ``data``, which ends with a newline; an Xid line's row is the Xid
+        block's first index, which ``resolve`` turns into the row of its code (done after floods fold)."""
+        ...
+
+    def resolve(self, index: int, line: bytes) -> int | None:
+        """The row a hit on ``line`` names."""
         ...
 
     def match(self, text: bytes) -> int | None:
@@ -57,8 +62,13 @@ class _Table:
             self.exprs.append((self.xid_block, XID_LINE_RE))
         self.exprs.extend((self.nrows + k, line_bounded(m)) for k, m in enumerate(markers))
 
+    def match(self, text: bytes) -> int | None:
+        rows, _ = self.scan(text + b"\n")  # type: ignore[attr-defined]  # both engines define scan
+        row: int | None = rows.get(len(text) + 1)
+        return None if row is None else self.resolve(row, text)
+
     def resolve(self, index: int, line: bytes) -> int | None:
-        """The row an engine's hit names: the Xid block resolves to the code's row (first in the line)."""
+        """The row a hit names: an Xid line's hit (the block's first index) resolves to its code's row."""
         if index != self.xid_block:
             return index
         # only the text from the first "NVRM: Xid" decides, and a flood repeats it: remember it
@@ -129,16 +139,10 @@ class ReEngine(_Table):
                 if end in target or not self.regex[index].search(data, start, stop):
                     continue
                 if index < self.nrows:
-                    row = self.resolve(index, data[start:stop])
-                    if row is not None:
-                        rows[end] = row
+                    rows[end] = index
                 else:
                     marks[end] = index - self.nrows
         return rows, marks
-
-    def match(self, text: bytes) -> int | None:
-        rows, _ = self.scan(text + b"\n")
-        return rows.get(len(text) + 1)
 
 
 class HyperscanEngine(_Table):
@@ -159,35 +163,22 @@ class HyperscanEngine(_Table):
         )
 
     def scan(self, data: bytes) -> tuple[Hits, Hits]:
-        found: dict[int, list[int]] = {}
+        rows: Hits = {}
+        marks: Hits = {}
         nrows = self.nrows
 
         def on_match(index: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
-            slot = found.get(to)
-            if slot is None:
-                found[to] = [index, -1] if index < nrows else [nrows, index]
-            elif index < nrows:
-                slot[0] = min(slot[0], index)
-            elif slot[1] < 0 or index < slot[1]:
-                slot[1] = index
+            if index < nrows:
+                got = rows.get(to)
+                if got is None or index < got:
+                    rows[to] = index
+            else:
+                got = marks.get(to)
+                if got is None or index - nrows < got:
+                    marks[to] = index - nrows
 
         self.db.scan(data, match_event_handler=on_match)
-        rows: Hits = {}
-        marks: Hits = {}
-        for end, (row, mark) in found.items():
-            if row < nrows:
-                resolved = (
-                    row if row != self.xid_block else self.resolve(row, data[data.rfind(b"\n", 0, end - 1) + 1 : end])
-                )
-                if resolved is not None:
-                    rows[end] = resolved
-            if mark >= 0:
-                marks[end] = mark - nrows
         return rows, marks
-
-    def match(self, text: bytes) -> int | None:
-        rows, _ = self.scan(text + b"\n")
-        return rows.get(len(text) + 1)
 
 
 def hyperscan_available() -> bool:

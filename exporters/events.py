@@ -46,6 +46,7 @@ class Finding:
     text: str
     tokens: dict[str, str] = field(default_factory=dict)
     kind: str | None = None  # unclassified: traceback, exception, fatal, error, failed
+    count: int = 1  # equal lines in a row folded into this finding (a scanner with collapse=True)
 
     @property
     def rank(self) -> str | None:

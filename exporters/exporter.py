@@ -171,7 +171,7 @@ class Exporter:
         key = (f.path, f.dev, f.ino)
         entry = self.scanners.get(key)
         if entry is None or entry[0] is not f:
-            entry = self.scanners[key] = (f, StreamScanner(self.matcher))
+            entry = self.scanners[key] = (f, StreamScanner(self.matcher, collapse=True))
         self._count(f, entry[1].feed(data))
         if self.progress_rx is not None and not f.kernel:
             self._parse_progress(self._context(f), data)
@@ -203,17 +203,18 @@ class Exporter:
         for m in findings:
             groups.setdefault((m.pattern, m.kind, m.rank, m.host), []).append(m)
         for (pattern, kind, rank, host), same in groups.items():
+            n = sum(m.count for m in same)
             targets = self._kernel_identities() if f.kernel else [self._identity(ctx, False, rank, host)]
             for target in targets:
                 if pattern is None:
-                    self.counters.add_unclassified(target, kind or "error", len(same))
+                    self.counters.add_unclassified(target, kind or "error", n)
                     continue
-                ident = self.counters.add(target, pattern, len(same))
+                ident = self.counters.add(target, pattern, n)
                 if self.fastpath is not None and pattern.pages:
                     self._page(ident, pattern, same[0].text)
-                    self.fastpath.note_repeats(len(same) - 1)
+                    self.fastpath.note_repeats(n - 1)
             if pattern is not None:
-                self.matches += len(same)
+                self.matches += n
 
     def _page(self, ident: Identity, pattern: Pattern, text: str) -> None:
         alertname = LOG_PATTERN_ALERTS[pattern.category]

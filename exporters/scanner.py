@@ -78,9 +78,16 @@ class Matcher:
 
 class StreamScanner:
     def __init__(
-        self, matcher: Matcher, idle: float = IDLE, clock: Callable[[], float] = time.monotonic, first_line: int = 1
+        self,
+        matcher: Matcher,
+        idle: float = IDLE,
+        clock: Callable[[], float] = time.monotonic,
+        first_line: int = 1,
+        collapse: bool = False,
     ) -> None:
+        """``collapse``: a run of equal lines (but for the dmesg stamp) is one finding with a ``count``."""
         self.m = matcher
+        self.collapse = collapse
         self.patterns = matcher.patterns
         self.idle = idle
         self.clock = clock
@@ -115,8 +122,8 @@ class StreamScanner:
             mark = marks.get(end)
             if mark is not None and mark < _EVENT_MARKS:
                 walk.run(buf.rfind(b"\n", 0, end - 1) + 1)
-            else:
-                out.append(walk.single(end, rows.get(end), mark))
+            elif (f := walk.single(end, rows.get(end), mark)) is not None:
+                out.append(f)
         out.sort(key=lambda f: f.line)
         return out
 
@@ -137,9 +144,8 @@ class StreamScanner:
         """When ``due`` will finish the open events (None: nothing open)."""
         return self.last_feed + self.idle if self.open else None
 
-    def memo_tokens(self, raw: bytes) -> dict[str, str]:
-        """Tokens of a single line, remembered for repeated lines (floods vary only the dmesg stamp)."""
-        key = raw[_stamp_end(raw) :]
+    def memo_tokens(self, key: bytes, raw: bytes) -> dict[str, str]:
+        """Tokens of a single line, remembered by ``key`` (the line without its dmesg stamp, which floods vary)."""
         got = self._memo.get(key)
         if got is None:
             got = line_tokens(raw.decode("utf-8", "replace"))
@@ -166,6 +172,11 @@ class _Walk:
         self.sc, self.buf, self.base, self.origin = sc, buf, base, origin
         self.rows, self.marks, self.out = rows, marks, out
         self.pos = 0  # lines before this offset are done
+        # collapse: the last single-line finding, which equal following lines add to
+        self._prev: Finding | None = None
+        self._prev_key: bytes = b""
+        self._prev_row: int | None = -1
+        self._prev_mark: int | None = -1
         self._count_pos = 0
         self._count = 0
 
@@ -178,26 +189,37 @@ class _Walk:
         index = self._count if self.origin is None else self.origin[self._count]
         return self.base + index + 1
 
-    def single(self, end: int, row: int | None, mark: int | None) -> Finding:
+    def single(self, end: int, row: int | None, mark: int | None) -> Finding | None:
+        """The finding of one line; None when it only added to the previous one (``collapse``)."""
         start = self.buf.rfind(b"\n", 0, end - 1) + 1
         raw = self.buf[start : end - 1]
+        key = raw[_stamp_end(raw) :] if raw[:1] == b"[" else raw
+        prev = self._prev
+        if prev is not None and key == self._prev_key and row == self._prev_row and mark == self._prev_mark:
+            prev.count += 1
+            return None
+        named = self.sc.m.engine.resolve(row, raw) if row is not None else None
         text = raw.decode("utf-8", "replace").rstrip("\r")
-        tokens = self.sc.memo_tokens(raw)
+        tokens = self.sc.memo_tokens(key, raw)
         # the tokens dict is shared by repeated lines: findings treat it as read-only
-        if row is not None:
-            return Finding(self.number(start), self.sc.patterns[row], text, tokens)
-        return Finding(self.number(start), None, text, tokens, _MARK_KIND[mark or 0])
+        pattern = self.sc.patterns[named] if named is not None else None
+        f = Finding(self.number(start), pattern, text, tokens, None if pattern else _MARK_KIND[mark or 0])
+        if self.sc.collapse:
+            self._prev, self._prev_key, self._prev_row, self._prev_mark = f, key, row, mark
+        return f
 
     def _line(self, start: int, end: int) -> Line:
-        raw = self.buf[start : end - 1].decode("utf-8", "replace").rstrip("\r")
+        data = self.buf[start : end - 1]
+        raw = data.decode("utf-8", "replace").rstrip("\r")
         m = PREFIX.match(raw)
         mark = self.marks.get(end)
+        row = self.rows.get(end)
         return Line(
             self.number(start),
             raw,
             m.group(0).rstrip() if m else "",
             raw[m.end() :] if m else raw,
-            self.rows.get(end),
+            None if row is None else self.sc.m.engine.resolve(row, data),
             _MARK_KIND[mark] if mark is not None else None,
         )
 
@@ -205,6 +227,7 @@ class _Walk:
         """Walk lines from ``start`` while any event is open (or until the buffer ends)."""
         sc, pos = self.sc, start
         first = True
+        self._prev = None
         while pos < len(self.buf) and (sc.open or first):
             end = self.buf.find(b"\n", pos) + 1 or len(self.buf)
             self._step(self._line(pos, end), end)
@@ -229,8 +252,10 @@ class _Walk:
         mark = self._event_mark(end)
         if mark is not None:
             self._open(line, mark)
-        elif line.row is not None or line.mark is not None:
-            self.out.append(self.single(end, line.row, self.marks.get(end)))
+        elif (line.row is not None or line.mark is not None) and (
+            f := self.single(end, self.rows.get(end), self.marks.get(end))
+        ) is not None:
+            self.out.append(f)
 
     def _open(self, line: Line, mark: int) -> None:
         sc = self.sc
