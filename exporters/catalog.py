@@ -166,6 +166,9 @@ def parse_catalog(text: str, source: str = "catalog", xid_text: str | None = Non
         seen.add(p.id)
     if not patterns:
         raise CatalogError(f"{source}: no patterns")
+    from exporters.engines import validate  # noqa: PLC0415 - the engines import this module
+
+    validate(patterns)
     return patterns
 
 

@@ -309,6 +309,8 @@ class Exporter:
     def start(self, serve: bool = True) -> None:
         if self.nvml is not None and not self.nvml.start():
             self.nvml.up = False
+        if self.nvml is not None and self.nvml.up:
+            self.matcher.pci_gpu.update(self.nvml.pci)
         if self.fastpath is not None:
             self.fastpath.start()
         if serve:

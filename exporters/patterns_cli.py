@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from exporters.events import Finding
+from exporters.nvml import nvml_pci_map
 from exporters.patterns import CatalogError, Matcher, StreamScanner, load_catalog
 
 MAX_SCAN_LINE: Final = 16 << 20
@@ -122,7 +123,7 @@ def _with_input(name: str, path: str, work: Callable[[IO[bytes]], None]) -> int:
 
 def _matcher(name: str, catalog: Path | None) -> Matcher | None:
     try:
-        return Matcher(load_catalog(catalog))
+        return Matcher(load_catalog(catalog), pci_gpu=nvml_pci_map())
     except CatalogError as exc:
         print(f"trainguard patterns {name}: {exc}", file=sys.stderr)
         return None

@@ -53,8 +53,12 @@ def _stamp_end(raw: bytes) -> int:
 class Matcher:
     """A catalog compiled for one engine; shared by every stream's scanner."""
 
-    def __init__(self, patterns: list[Pattern], engine: str | None = None) -> None:
+    def __init__(
+        self, patterns: list[Pattern], engine: str | None = None, pci_gpu: dict[str, str] | None = None
+    ) -> None:
+        """``pci_gpu``: PCI bus id -> GPU index (NVML's view) to give findings that name a PCI id a ``gpu``."""
         self.patterns = patterns
+        self.pci_gpu = pci_gpu if pci_gpu is not None else {}
         self.by_id = {p.id: p for p in patterns}
         self.engine: Engine = make_engine(patterns, MARKERS, engine)
 
@@ -124,6 +128,15 @@ class StreamScanner:
                 walk.run(buf.rfind(b"\n", 0, end - 1) + 1)
             elif (f := walk.single(end, rows.get(end), mark)) is not None:
                 out.append(f)
+        return self._done(out)
+
+    def _done(self, out: list[Finding]) -> list[Finding]:
+        """Findings in line order, a PCI id mapped to its GPU where NVML told us."""
+        if self.m.pci_gpu:
+            for f in out:
+                gpu = self.m.pci_gpu.get(f.tokens.get("pci", ""))
+                if gpu is not None and "gpu" not in f.tokens:
+                    f.tokens = {**f.tokens, "gpu": gpu}
         out.sort(key=lambda f: f.line)
         return out
 
@@ -131,7 +144,7 @@ class StreamScanner:
         """Finish every open event (end of input)."""
         out = [f for ev in self.open.values() if (f := ev.finish(self)) is not None]
         self.open.clear()
-        return sorted(out, key=lambda f: f.line)
+        return self._done(out)
 
     def due(self, now: float | None = None) -> list[Finding]:
         """Finish the open events when no line came for ``idle`` seconds."""

@@ -327,3 +327,17 @@ def test_scan_prints_a_summary_even_when_nothing_matched(tmp_path: Path, capsys:
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "0 findings" in captured.err
+
+
+def test_pci_ids_map_to_gpu_indexes_through_nvml() -> None:
+    from types import SimpleNamespace  # noqa: PLC0415 - only this test fakes pynvml
+
+    from exporters.nvml import pci_to_gpu  # noqa: PLC0415
+
+    buses = {"h0": b"00000000:10:1C.0", "h1": "00000000:3B:00.0"}
+    nv = SimpleNamespace(nvmlDeviceGetPciInfo=lambda h: SimpleNamespace(busId=buses[h]))
+    mapping = pci_to_gpu(nv, [("0", "h0"), ("1", "h1"), ("2", "missing")])
+    assert mapping == {"0000:10:1c.0": "0", "0000:3b:00.0": "1"}
+    m = Matcher(CATALOG, "re", pci_gpu=mapping)
+    found = m.scan(b"[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus.\n")
+    assert found[0].tokens == {"pci": "0000:3b:00.0", "gpu": "1"}
