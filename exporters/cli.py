@@ -86,6 +86,42 @@ class UsageError(ValueError):
     pass
 
 
+def _workload_options(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    """The exporter's options for lines no state file names, progress parsing, NVML and the identity cap."""
+    p.add_argument("--workload", help=f"workload label for log lines when no state file names it [{env['workload']}]")
+    p.add_argument(
+        "--scheduler",
+        choices=["slurm", "jobset", "pytorchjob"],
+        help=f"scheduler label with --workload [{env['scheduler']}]",
+    )
+    p.add_argument("--attempt", help=f"attempt label with --workload (default 0) [{env['attempt']}]")
+    p.add_argument(
+        "--rank-from-path",
+        metavar="REGEX",
+        help=rf"regex whose group 1 is the rank in a log file's name (default 'rank[-_.]?(\d+)'; '' for none)"
+        f" [{env['rank_from_path']}]",
+    )
+    p.add_argument(
+        "--log-progress",
+        action="store_true",
+        default=None,
+        help="parse 'step N' / 'iteration N/M' from the logs for ranks without the progress hook",
+    )
+    p.add_argument(
+        "--progress-pattern",
+        action="append",
+        metavar="REGEX",
+        help="a progress regex with a (?P<step>...) group (implies --log-progress); repeatable"
+        f" [{env['progress_pattern']}]",
+    )
+    p.add_argument("--no-nvml", action="store_true", default=None, help="do not try NVML even where it is installed")
+    p.add_argument(
+        "--max-identities",
+        type=int,
+        help=f"cap on identity label sets for log counters (default 1024) [{env['max_identities']}]",
+    )
+
+
 def register(sub: Any) -> None:
     """Add the exporter's subcommands to the ``trainguard`` parser."""
     fmt = argparse.RawDescriptionHelpFormatter
@@ -139,38 +175,7 @@ def register(sub: Any) -> None:
         default=None,
         help="read log files present at start-up from their beginning (default: from their end)",
     )
-    p.add_argument("--workload", help=f"workload label for log lines when no state file names it [{env['workload']}]")
-    p.add_argument(
-        "--scheduler",
-        choices=["slurm", "jobset", "pytorchjob"],
-        help=f"scheduler label with --workload [{env['scheduler']}]",
-    )
-    p.add_argument("--attempt", help=f"attempt label with --workload (default 0) [{env['attempt']}]")
-    p.add_argument(
-        "--rank-from-path",
-        metavar="REGEX",
-        help=rf"regex whose group 1 is the rank in a log file's name (default 'rank[-_.]?(\d+)'; '' for none)"
-        f" [{env['rank_from_path']}]",
-    )
-    p.add_argument(
-        "--log-progress",
-        action="store_true",
-        default=None,
-        help="parse 'step N' / 'iteration N/M' from the logs for ranks without the progress hook",
-    )
-    p.add_argument(
-        "--progress-pattern",
-        action="append",
-        metavar="REGEX",
-        help="a progress regex with a (?P<step>...) group (implies --log-progress); repeatable"
-        f" [{env['progress_pattern']}]",
-    )
-    p.add_argument("--no-nvml", action="store_true", default=None, help="do not try NVML even where it is installed")
-    p.add_argument(
-        "--max-identities",
-        type=int,
-        help=f"cap on identity label sets for log counters (default 1024) [{env['max_identities']}]",
-    )
+    _workload_options(p, env)
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(handler=run_exporter)
 
