@@ -37,10 +37,11 @@ one-line summary always goes to stderr. Exit 0; 2 for an unreadable file or cata
 UNKNOWN_HELP = """\
 Find what the catalog misses: scan a log (or '-' for standard input) like 'patterns scan', keep the
 error-looking lines that no catalog row names (tracebacks, exceptions, ERROR, FATAL, failed), and group
-them into templates (drain3 log template mining: variable parts such as numbers, hosts and addresses
-become <*>). Prints one template a line with its count, most frequent first, e.g.
+them into templates (drain3 log template mining: numbers, hex values, IP addresses, PCI ids and NCCL
+prefixes become <NUM>, <HEX>, <IP>, <PCI>, <NCCL_PREFIX>; other words that vary become <*>). Prints one
+template a line with its count and kind, most frequent first, e.g.
 
-     12  exception  RuntimeError: NCCL communicator was aborted on rank <*>.
+     12  exception  RuntimeError: NCCL communicator was aborted on rank <NUM>.
 
 Each template is a candidate row for exporters/patterns.csv (see docs/patterns.md, "Adding a pattern").
 --json prints a JSON array of {"count", "kind", "template", "example", "first_line"} instead.
@@ -174,7 +175,12 @@ def run_unknown(args: argparse.Namespace) -> int:
 
     def work(stream: IO[bytes]) -> None:
         unknown.extend(f for f in iter_findings(matcher, stream) if f.pattern is None)
-        sys.stdout.write(render(mine(unknown), as_json=args.json))
+        templates = mine(unknown)
+        sys.stdout.write(render(templates, as_json=args.json))
+        print(
+            f"trainguard patterns unknown: {len(unknown)} error-looking lines no row names, {len(templates)} templates",
+            file=sys.stderr,
+        )
 
     return _with_input("unknown", args.file, work)
 
