@@ -107,7 +107,12 @@ class ReEngine(_Table):
                 full.append(index)
             for lit in literals or ():
                 by_needle.setdefault(lit, set()).add(index)
-        self.needles = tuple((n, frozenset(ids)) for n, ids in sorted(by_needle.items(), key=lambda kv: -len(kv[0])))
+        # a needle that contains a shorter needle is covered by it: one bytes.find pass fewer
+        kept: dict[bytes, set[int]] = {}
+        for needle in sorted(by_needle, key=len):
+            cover = next((k for k in kept if k in needle), None)
+            kept.setdefault(cover or needle, set()).update(by_needle[needle])
+        self.needles = tuple((n, frozenset(ids)) for n, ids in sorted(kept.items(), key=lambda kv: -len(kv[0])))
         self.full = tuple(full)
 
     def _candidates(self, data: bytes) -> dict[int, set[int]]:
