@@ -9,6 +9,7 @@ without input (``due``), so a held event delays detection by at most that.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Final
@@ -39,15 +40,15 @@ MEMO_LINE: Final = 1024
 Event = Traceback | StandaloneElastic | Nvrm
 
 
-_WEEKDAYS: Final = (b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun")
+# the dmesg time stamp ("[ 8901.234567] " or, with -T, "[Sat Nov 28 10:01:02 2026] ") that a flood varies
+_STAMP: Final = rb"\[(?:\s*[0-9]+\.[0-9]+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9]{2} [0-9:]{8} [0-9]{4})\] "
+_STAMP_RE: Final = re.compile(_STAMP)
+FOLD_AFTER: Final = 3  # equal lines in a row after which the rest of the run is taken at once
 
 
 def _stamp_end(raw: bytes) -> int:
-    """Length of a leading dmesg stamp ``[ 123.456] `` or ``[Sat Nov 28 10:01:02 2026] `` (a flood varies it)."""
-    if raw[:1] != b"[" or not (raw[1:2] in b" 0123456789" or raw[1:4] in _WEEKDAYS):
-        return 0
-    close = raw.find(b"] ", 1, 40)
-    return close + 2 if close > 0 else 0
+    m = _STAMP_RE.match(raw)
+    return m.end() if m else 0
 
 
 class Matcher:
@@ -100,6 +101,7 @@ class StreamScanner:
         self.last_feed = clock()
         self.unwrapper = Unwrapper()
         self._memo: dict[bytes, dict[str, str]] = {}
+        self._runs: dict[bytes, re.Pattern[bytes]] = {}
 
     # -- the Context the events use ---------------------------------------------------------------
     def match_text(self, text: str) -> int | None:
@@ -128,6 +130,8 @@ class StreamScanner:
                 walk.run(buf.rfind(b"\n", 0, end - 1) + 1)
             elif (f := walk.single(end, rows.get(end), mark)) is not None:
                 out.append(f)
+            elif walk.folding:
+                walk.fold(end)
         return self._done(out)
 
     def _done(self, out: list[Finding]) -> list[Finding]:
@@ -156,6 +160,15 @@ class StreamScanner:
     def deadline(self) -> float | None:
         """When ``due`` will finish the open events (None: nothing open)."""
         return self.last_feed + self.idle if self.open else None
+
+    def run_regex(self, key: bytes) -> re.Pattern[bytes]:
+        """A regex for a run of lines that are ``key`` behind an optional dmesg stamp (cached, bounded)."""
+        rx = self._runs.get(key)
+        if rx is None:
+            if len(self._runs) >= 256:
+                self._runs.clear()
+            rx = self._runs[key] = re.compile(b"(?:(?:" + _STAMP + b")?" + re.escape(key) + b"\n)+")
+        return rx
 
     def memo_tokens(self, key: bytes, raw: bytes) -> dict[str, str]:
         """Tokens of a single line, remembered by ``key`` (the line without its dmesg stamp, which floods vary)."""
@@ -187,6 +200,7 @@ class _Walk:
         self.pos = 0  # lines before this offset are done
         # collapse: the last single-line finding, which equal following lines add to
         self._prev: Finding | None = None
+        self.folding = False  # the last line made a run long enough to fold the rest
         self._prev_key: bytes = b""
         self._prev_row: int | None = -1
         self._prev_mark: int | None = -1
@@ -210,6 +224,7 @@ class _Walk:
         prev = self._prev
         if prev is not None and key == self._prev_key and row == self._prev_row and mark == self._prev_mark:
             prev.count += 1
+            self.folding = prev.count == FOLD_AFTER
             return None
         named = self.sc.m.engine.resolve(row, raw) if row is not None else None
         text = raw.decode("utf-8", "replace").rstrip("\r")
@@ -220,6 +235,16 @@ class _Walk:
         if self.sc.collapse:
             self._prev, self._prev_key, self._prev_row, self._prev_mark = f, key, row, mark
         return f
+
+    def fold(self, end: int) -> None:
+        """A flood: the lines after ``end`` that equal the last one (but for the dmesg stamp) in one C pass."""
+        self.folding = False
+        assert self._prev is not None
+        rx = self.sc.run_regex(self._prev_key)
+        m = rx.match(self.buf, end)
+        if m is not None:
+            self._prev.count += self.buf.count(b"\n", end, m.end())
+            self.pos = max(self.pos, m.end())
 
     def _line(self, start: int, end: int) -> Line:
         data = self.buf[start : end - 1]

@@ -341,3 +341,18 @@ def test_pci_ids_map_to_gpu_indexes_through_nvml() -> None:
     m = Matcher(CATALOG, "re", pci_gpu=mapping)
     found = m.scan(b"[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus.\n")
     assert found[0].tokens == {"pci": "0000:3b:00.0", "gpu": "1"}
+
+
+def test_collapse_folds_a_flood_but_not_lines_that_differ() -> None:
+    xid = "NVRM: Xid (PCI:0000:10:1c): 79, pid=1896, name=python3, GPU has fallen off the bus.\n"
+    flood = "".join(f"[ {1000 + i}.{i:06d}] {xid}" for i in range(5000))
+    tail = " Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE)\n"
+    data = (flood + f"[Sat Nov 28 10:01:02 2026] {xid}" + f"[Rank 3]{tail}" * 4 + f"[Rank 5]{tail}" * 4).encode()
+    for m in MATCHERS.values():
+        found = StreamScanner(m, collapse=True).feed(data)
+        assert [(f.pattern.id if f.pattern else None, f.rank, f.count, f.line) for f in found] == [
+            ("xid_79_fallen_off_bus", None, 5001, 1),
+            ("nccl_watchdog_timeout", "3", 4, 5002),
+            ("nccl_watchdog_timeout", "5", 4, 5006),
+        ]
+        assert len(StreamScanner(m).feed(data)) == 5009, "without collapse: one finding a line"
