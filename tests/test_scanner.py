@@ -356,3 +356,24 @@ def test_collapse_folds_a_flood_but_not_lines_that_differ() -> None:
             ("nccl_watchdog_timeout", "5", 4, 5006),
         ]
         assert len(StreamScanner(m).feed(data)) == 5009, "without collapse: one finding a line"
+
+
+def test_unknown_reads_standard_input_and_explains_itself() -> None:
+    import subprocess  # noqa: PLC0415 - a real process, as an operator runs it
+    import sys  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[1]
+    argv = [sys.executable, "-m", "trainguard.cli", "patterns", "unknown"]
+    out = subprocess.run(
+        [*argv, "-"],
+        input=b"ok\nERROR: lost 3 items\nERROR: lost 7 items\n",
+        capture_output=True,
+        check=True,
+        timeout=60,
+        cwd=root,
+    )
+    assert out.stdout.decode().split() == ["2", "error", "ERROR:", "lost", "<NUM>", "items"]
+    assert "2 error-looking lines" in out.stderr.decode()
+    helptext = subprocess.run([*argv, "--help"], capture_output=True, check=True, timeout=60, cwd=root).stdout.decode()
+    assert "patterns.csv" in helptext
+    assert "--json" in helptext
