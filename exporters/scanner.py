@@ -90,7 +90,8 @@ class StreamScanner:
         first_line: int = 1,
         collapse: bool = False,
     ) -> None:
-        """``collapse``: a run of equal lines (but for the dmesg stamp) is one finding with a ``count``."""
+        """``collapse``: equal findings in a row (equal lines but for the dmesg stamp; lines that match nothing
+        in between do not break the row) are one finding with a ``count`` (the exporter counts, it prints none)."""
         self.m = matcher
         self.collapse = collapse
         self.patterns = matcher.patterns
