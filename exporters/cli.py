@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import re
@@ -11,15 +10,16 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import yaml
 from prometheus_client import CollectorRegistry
 
+from exporters import patterns_cli
+from exporters.catalog import CatalogError
 from exporters.exporter import Exporter, ExporterConfig
-from exporters.patterns import CatalogError, Matcher, load_catalog
 from exporters.progress import DEFAULT_DIR, identity_from_environ
 from exporters.state import DEFAULT_PROGRESS_PATTERNS, compile_progress_patterns
 from trainguard.identity import (
@@ -49,12 +49,6 @@ name with '_' for '-'); the command line wins over the environment, which wins o
 Identity labels of the workload come from the progress state files; --workload and friends (or
 SLURM_JOB_ID / SLURM_RESTART_COUNT in the exporter's own environment) name it when there are none.
 Metrics: docs/metrics.md. Catalog: docs/patterns.md.
-"""
-
-PATTERNS_HELP = """\
-Run the exporter's pattern catalog over a log file (or '-' for standard input) and print one JSON object
-per matching line: {"line": N, "pattern": ID, "category": CATEGORY, "rank": R, "host": H} (rank and
-host only when the line names them). Nothing is printed for lines that match nothing.
 """
 
 # option dest -> (environment variable, type for the file/env value)
@@ -88,11 +82,44 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
-MAX_SCAN_LINE = 16 << 20
-
-
 class UsageError(ValueError):
     pass
+
+
+def _workload_options(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    """The exporter's options for lines no state file names, progress parsing, NVML and the identity cap."""
+    p.add_argument("--workload", help=f"workload label for log lines when no state file names it [{env['workload']}]")
+    p.add_argument(
+        "--scheduler",
+        choices=["slurm", "jobset", "pytorchjob"],
+        help=f"scheduler label with --workload [{env['scheduler']}]",
+    )
+    p.add_argument("--attempt", help=f"attempt label with --workload (default 0) [{env['attempt']}]")
+    p.add_argument(
+        "--rank-from-path",
+        metavar="REGEX",
+        help=rf"regex whose group 1 is the rank in a log file's name (default 'rank[-_.]?(\d+)'; '' for none)"
+        f" [{env['rank_from_path']}]",
+    )
+    p.add_argument(
+        "--log-progress",
+        action="store_true",
+        default=None,
+        help="parse 'step N' / 'iteration N/M' from the logs for ranks without the progress hook",
+    )
+    p.add_argument(
+        "--progress-pattern",
+        action="append",
+        metavar="REGEX",
+        help="a progress regex with a (?P<step>...) group (implies --log-progress); repeatable"
+        f" [{env['progress_pattern']}]",
+    )
+    p.add_argument("--no-nvml", action="store_true", default=None, help="do not try NVML even where it is installed")
+    p.add_argument(
+        "--max-identities",
+        type=int,
+        help=f"cap on identity label sets for log counters (default 1024) [{env['max_identities']}]",
+    )
 
 
 def register(sub: Any) -> None:
@@ -148,151 +175,11 @@ def register(sub: Any) -> None:
         default=None,
         help="read log files present at start-up from their beginning (default: from their end)",
     )
-    p.add_argument("--workload", help=f"workload label for log lines when no state file names it [{env['workload']}]")
-    p.add_argument(
-        "--scheduler",
-        choices=["slurm", "jobset", "pytorchjob"],
-        help=f"scheduler label with --workload [{env['scheduler']}]",
-    )
-    p.add_argument("--attempt", help=f"attempt label with --workload (default 0) [{env['attempt']}]")
-    p.add_argument(
-        "--rank-from-path",
-        metavar="REGEX",
-        help=rf"regex whose group 1 is the rank in a log file's name (default 'rank[-_.]?(\d+)'; '' for none)"
-        f" [{env['rank_from_path']}]",
-    )
-    p.add_argument(
-        "--log-progress",
-        action="store_true",
-        default=None,
-        help="parse 'step N' / 'iteration N/M' from the logs for ranks without the progress hook",
-    )
-    p.add_argument(
-        "--progress-pattern",
-        action="append",
-        metavar="REGEX",
-        help="a progress regex with a (?P<step>...) group (implies --log-progress); repeatable"
-        f" [{env['progress_pattern']}]",
-    )
-    p.add_argument("--no-nvml", action="store_true", default=None, help="do not try NVML even where it is installed")
-    p.add_argument(
-        "--max-identities",
-        type=int,
-        help=f"cap on identity label sets for log counters (default 1024) [{env['max_identities']}]",
-    )
+    _workload_options(p, env)
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(handler=run_exporter)
 
-    pat = sub.add_parser(
-        "patterns",
-        help="the log-pattern catalog: scan a log, list patterns",
-        description=PATTERNS_HELP,
-        formatter_class=fmt,
-    )
-    psub = pat.add_subparsers(dest="patterns_command", metavar="ACTION")
-    scan = psub.add_parser(
-        "scan",
-        help="print the catalog's matches in a log as JSON lines",
-        description=PATTERNS_HELP,
-        formatter_class=fmt,
-    )
-    scan.add_argument(
-        "file", nargs="?", default="-", metavar="FILE|-", help="log file; '-' or nothing reads standard input"
-    )
-    scan.add_argument("--catalog", type=Path, help="pattern catalog CSV (default: the one shipped)")
-    scan.set_defaults(handler=run_scan)
-    lst = psub.add_parser("list", help="print the catalog: id, category, severity, description")
-    lst.add_argument("--catalog", type=Path, help="pattern catalog CSV (default: the one shipped)")
-    lst.set_defaults(handler=run_list)
-    pat.set_defaults(handler=lambda args: _no_action(pat))
-
-
-def _no_action(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
-
-
-# -- patterns ---------------------------------------------------------------------------------------
-
-
-def iter_chunks(stream: IO[bytes], size: int = 4 << 20) -> Iterator[bytes]:
-    """Buffers of complete lines (the last one may lack its newline)."""
-    rest = b""
-    while True:
-        block = stream.read(size)
-        if not block:
-            if rest:
-                yield rest + b"\n"
-            return
-        buf = rest + block
-        cut = buf.rfind(b"\n") + 1
-        if cut:
-            yield buf[:cut]
-            rest = buf[cut:]
-        elif len(buf) > MAX_SCAN_LINE:  # a line without end: take it as it is, keep memory bounded
-            yield buf + b"\n"
-            rest = b""
-        else:
-            rest = buf
-
-
-def scan_stream(matcher: Matcher, stream: IO[bytes], out: IO[str]) -> int:
-    line = 1
-    found = 0
-    for chunk in iter_chunks(stream):
-        for m in matcher.scan(chunk, first_line=line):
-            obj: dict[str, object] = {"line": m.line, "pattern": m.pattern.id, "category": m.pattern.category}
-            if m.rank is not None:
-                obj["rank"] = int(m.rank)
-            if m.host is not None:
-                obj["host"] = m.host
-            out.write(json.dumps(obj) + "\n")
-            found += 1
-        line += chunk.count(b"\n")
-    return found
-
-
-def run_scan(args: argparse.Namespace) -> int:
-    try:
-        matcher = Matcher(load_catalog(args.catalog))
-    except CatalogError as exc:
-        print(f"trainguard patterns scan: {exc}", file=sys.stderr)
-        return 2
-    try:
-        if args.file == "-":
-            scan_stream(matcher, sys.stdin.buffer, sys.stdout)
-        else:
-            with open(args.file, "rb") as f:
-                scan_stream(matcher, f, sys.stdout)
-        sys.stdout.flush()
-    except BrokenPipeError:  # `| head`: stop quietly (an OSError too, so caught first)
-        _quiet_stdout()
-    except OSError as exc:
-        print(f"trainguard patterns scan: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _quiet_stdout() -> None:
-    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush stays quiet."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
-def run_list(args: argparse.Namespace) -> int:
-    try:
-        patterns = load_catalog(args.catalog)
-    except CatalogError as exc:
-        print(f"trainguard patterns list: {exc}", file=sys.stderr)
-        return 2
-    try:
-        for p in patterns:
-            print(f"{p.id:34} {p.category:18} {p.severity:9} {p.description}")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _quiet_stdout()
-    return 0
+    patterns_cli.register(sub, fmt)
 
 
 # -- exporter ---------------------------------------------------------------------------------------

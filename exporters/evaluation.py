@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from exporters.cli import scan_stream
 from exporters.patterns import Matcher, load_catalog
+from exporters.patterns_cli import scan_stream
 
 CLASSES: Final = ("infra_gpu", "infra_network", "infra_node", "collective_timeout", "app_error", "benign", "unknown")
 CATEGORIES: Final = CLASSES[:5]
@@ -182,13 +182,13 @@ def mistakes(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
 
 def catalog_scanner(engine: str = "auto") -> tuple[Scanner, dict[str, int], str, int]:
     """(scanner, precedence, engine name, rows) for the installed catalog, through the very function that
-    ``trainguard patterns scan`` writes its JSON lines with."""
+    ``trainguard patterns scan`` writes its JSON lines with. ``engine``: ``auto``, ``hyperscan`` or ``re``."""
     catalog = load_catalog()
-    matcher = Matcher(catalog)
+    matcher = Matcher(catalog, None if engine == "auto" else engine)
 
     def scan(text: str) -> list[ScanObject]:
         out = io.StringIO()
         scan_stream(matcher, io.BytesIO(text.encode("utf-8")), out)
         return [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
 
-    return scan, {p.id: i for i, p in enumerate(catalog)}, "re", len(catalog)
+    return scan, {p.id: i for i, p in enumerate(catalog)}, matcher.engine.name, len(catalog)

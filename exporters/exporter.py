@@ -20,11 +20,12 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import start_wsgi_server
 
+from exporters.events import Finding
 from exporters.fastpath import LOG_PATTERN_ALERTS, RANK_GONE_ALERT, FastPath, runbook_url
 from exporters.logs import Follower, KmsgSource, LogSource
 from exporters.metrics import PatternCounters, SafeCollector, StatsCollector
 from exporters.nvml import NvmlCollector
-from exporters.patterns import Matcher, Pattern, line_host, line_rank, load_catalog
+from exporters.patterns import Matcher, Pattern, StreamScanner, line_host, line_rank, load_catalog
 from exporters.state import (
     Identity,
     ProgressCollector,
@@ -84,6 +85,8 @@ class Exporter:
         self.clock = clock
         self.patterns = patterns if patterns is not None else load_catalog(config.catalog)
         self.matcher = Matcher(self.patterns)
+        # one scanner per followed stream: it holds a multi-line event open across reads
+        self.scanners: dict[tuple[str, int, int], tuple[Follower, StreamScanner]] = {}
         self.counters = PatternCounters(self.patterns, max_identities=config.max_identities)
         self.tracker = ProgressTracker(config.progress_dir, config.cluster, state_ttl=config.state_ttl, clock=clock)
         self.progress_rx = compile_progress_patterns(config.progress_patterns)
@@ -104,7 +107,7 @@ class Exporter:
         self.scrape_errors = 0
         self.nvml: NvmlCollector | None = None
         if config.nvml:
-            xids = [int(m.group(1)) for p in self.patterns if (m := re.fullmatch(r"xid_(\d+)_\w+", p.id))]
+            xids = [p.xid for p in self.patterns if p.xid is not None and p.xid > 0]
             self.nvml = NvmlCollector(
                 config.cluster,
                 config.host,
@@ -165,31 +168,71 @@ class Exporter:
         return [Identity(c.cluster, *w, "", c.host) for w in live] or [Identity(c.cluster, "", "", "", "", c.host)]
 
     def on_lines(self, f: Follower, data: bytes) -> None:
-        ctx = self._context(f)
-        for m in self.matcher.scan(data):
-            targets = self._kernel_identities() if f.kernel else [self._identity(ctx, False, m.rank, m.host)]
-            self.matches += 1
-            for target in targets:
-                ident = self.counters.add(target, m.pattern)
-                if self.fastpath is not None and m.pattern.pages:
-                    alertname = LOG_PATTERN_ALERTS[m.pattern.category]
-                    self.fastpath.submit(
-                        {
-                            "alertname": alertname,
-                            **ident._asdict(),
-                            "pattern": m.pattern.id,
-                            "category": m.pattern.category,
-                            "severity": "critical",
-                        },
-                        {
-                            "summary": f"{m.pattern.id} in {ident.workload or '?'} rank {ident.rank or '?'}"
-                            f" on {ident.host}",
-                            "description": f"{m.pattern.description}. Line: {m.text[:300]}",
-                            "runbook_url": runbook_url(alertname),
-                        },
-                    )
+        key = (f.path, f.dev, f.ino)
+        entry = self.scanners.get(key)
+        if entry is None or entry[0] is not f:
+            entry = self.scanners[key] = (f, StreamScanner(self.matcher, collapse=True))
+        self._count(f, entry[1].feed(data))
         if self.progress_rx is not None and not f.kernel:
-            self._parse_progress(ctx, data)
+            self._parse_progress(self._context(f), data)
+
+    def flush_idle(self, now: float | None = None) -> None:
+        """Finish multi-line events whose stream went quiet; forget the scanners of closed files."""
+        open_files = {id(f) for f in self.source.files.values()}
+        if self.kmsg is not None and self.kmsg.follower is not None:
+            open_files.add(id(self.kmsg.follower))
+        for key, (f, sc) in list(self.scanners.items()):
+            gone = id(f) not in open_files
+            found = sc.flush() if gone else sc.due(now)
+            if found:
+                self._count(f, found)
+            if gone:
+                del self.scanners[key]
+
+    def next_deadline(self) -> float | None:
+        """The monotonic time the next held event is due (None: nothing held)."""
+        deadlines = [d for _, sc in self.scanners.values() if (d := sc.deadline) is not None]
+        return min(deadlines, default=None)
+
+    def _count(self, f: Follower, findings: list[Finding]) -> None:
+        if not findings:
+            return
+        ctx = self._context(f)
+        # a flood is thousands of equal findings: count them per (row or kind, rank, host) at once
+        groups: dict[tuple[Pattern | None, str | None, str | None, str | None], list[Finding]] = {}
+        for m in findings:
+            groups.setdefault((m.pattern, m.kind, m.rank, m.host), []).append(m)
+        for (pattern, kind, rank, host), same in groups.items():
+            n = sum(m.count for m in same)
+            targets = self._kernel_identities() if f.kernel else [self._identity(ctx, False, rank, host)]
+            for target in targets:
+                if pattern is None:
+                    self.counters.add_unclassified(target, kind or "error", n)
+                    continue
+                ident = self.counters.add(target, pattern, n)
+                if self.fastpath is not None and pattern.pages:
+                    self._page(ident, pattern, same[0].text)
+                    self.fastpath.note_repeats(n - 1)
+            if pattern is not None:
+                self.matches += n
+
+    def _page(self, ident: Identity, pattern: Pattern, text: str) -> None:
+        alertname = LOG_PATTERN_ALERTS[pattern.category]
+        assert self.fastpath is not None
+        self.fastpath.submit(
+            {
+                "alertname": alertname,
+                **ident._asdict(),
+                "pattern": pattern.id,
+                "category": pattern.category,
+                "severity": "critical",
+            },
+            {
+                "summary": f"{pattern.id} in {ident.workload or '?'} rank {ident.rank or '?'} on {ident.host}",
+                "description": f"{pattern.description}. Line: {text[:300]}",
+                "runbook_url": runbook_url(alertname),
+            },
+        )
 
     def _parse_progress(self, ctx: _FileContext, data: bytes) -> None:
         assert self.progress_rx is not None
@@ -211,6 +254,7 @@ class Exporter:
         self.source.poll()
         if self.kmsg is not None:
             self.kmsg.poll()
+        self.flush_idle()
         for f in list(self.source.files.values()):
             if not f.kernel:
                 ctx = self._context(f)
@@ -265,6 +309,8 @@ class Exporter:
     def start(self, serve: bool = True) -> None:
         if self.nvml is not None and not self.nvml.start():
             self.nvml.up = False
+        if self.nvml is not None and self.nvml.up:
+            self.matcher.pci_gpu.update(self.nvml.pci)
         if self.fastpath is not None:
             self.fastpath.start()
         if serve:
@@ -279,7 +325,12 @@ class Exporter:
                 self.poll_once()
             except Exception:  # the loop must outlive one bad poll; the error is logged with its trace
                 log.exception("poll failed")
-            if self._stop.wait(self.config.poll_interval):
+            # a held multi-line event is finished on time even with a long poll interval
+            wait = self.config.poll_interval
+            due = self.next_deadline()
+            if due is not None:
+                wait = min(wait, max(0.01, due - time.monotonic()))
+            if self._stop.wait(wait):
                 return
 
     def stop(self) -> None:

@@ -66,6 +66,11 @@ class FastPath:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def note_repeats(self, n: int) -> None:
+        """``n`` more submits of an alert just submitted, folded by the caller: counted as deduplicated."""
+        with self._lock:
+            self.stats["deduplicated"] += n
+
     def submit(self, labels: Mapping[str, str], annotations: Mapping[str, str]) -> bool:
         """Queue one alert; never blocks. False when deduplicated or dropped."""
         clean = {k: v for k, v in labels.items() if v}  # Alertmanager drops empty labels; so do we

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from exporters.patterns import Pattern
+from exporters.catalog import Pattern
+from exporters.scanner import KINDS
 from exporters.state import IDENTITY_LABELS, Identity
 
 # identities with rank="" admitted past the cap before everything folds into one overflow identity
@@ -28,6 +29,7 @@ class PatternCounters(Collector):
     patterns: list[Pattern]
     max_identities: int = 1024
     counts: dict[tuple[Identity, str], int] = field(default_factory=dict)
+    unclassified: dict[tuple[Identity, str], int] = field(default_factory=dict)
     identities: set[Identity] = field(default_factory=set)
     overflow: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -46,6 +48,8 @@ class PatternCounters(Collector):
         self.identities.add(ident)
         for p in self.patterns:
             self.counts.setdefault((ident, p.id), 0)
+        for kind in KINDS:
+            self.unclassified.setdefault((ident, kind), 0)
         return ident
 
     def precreate(self, ident: Identity) -> None:
@@ -57,6 +61,14 @@ class PatternCounters(Collector):
             ident = self._admit(ident)
             key = (ident, pattern.id)
             self.counts[key] = self.counts.get(key, 0) + n
+            return ident
+
+    def add_unclassified(self, ident: Identity, kind: str, n: int = 1) -> Identity:
+        """An error-looking line no row names; ``kind`` is one of ``KINDS`` (anything else counts as error)."""
+        with self.lock:
+            ident = self._admit(ident)
+            key = (ident, kind if kind in KINDS else "error")
+            self.unclassified[key] = self.unclassified.get(key, 0) + n
             return ident
 
     def value(self, ident: Identity, pattern_id: str) -> int | None:
@@ -72,9 +84,18 @@ class PatternCounters(Collector):
         by_id = {p.id: p for p in self.patterns}
         with self.lock:
             items = list(self.counts.items())
+            unknown = list(self.unclassified.items())
         for (ident, pid), n in items:
             fam.add_metric([*ident, pid, by_id[pid].category], n)
         yield fam
+        unc = CounterMetricFamily(
+            "trainguard_log_unclassified",
+            "Error-looking log lines (or tracebacks) that no catalog row names, by kind.",
+            labels=(*IDENTITY_LABELS, "kind"),
+        )
+        for (ident, kind), n in unknown:
+            unc.add_metric([*ident, kind], n)
+        yield unc
 
 
 @dataclass(eq=False)

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from exporters.state import IDENTITY_LABELS, Identity
+from exporters.tokens import pci_bus_id
 
 log = logging.getLogger("trainguard.exporter")
 
@@ -30,6 +31,36 @@ _NVLINK_COUNTERS: Final = (
     ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT", 2),
     ("crc_data", "NVML_NVLINK_ERROR_DL_CRC_DATA", 3),
 )
+
+
+def pci_to_gpu(nv: Any, handles: Iterable[tuple[str, Any]]) -> dict[str, str]:
+    """PCI bus id (normalised as ``exporters.tokens.pci_bus_id`` writes it) -> GPU index, for log tokens."""
+    out: dict[str, str] = {}
+    for gpu, handle in handles:
+        try:
+            bus = nv.nvmlDeviceGetPciInfo(handle).busId
+        except Exception:  # noqa: BLE001, S112 - a GPU without PCI info just has no mapping
+            continue
+        pci = pci_bus_id(bus.decode() if isinstance(bus, bytes) else str(bus))
+        if pci is not None:
+            out[pci] = gpu
+    return out
+
+
+def nvml_pci_map() -> dict[str, str]:
+    """The local GPUs' PCI -> index map through NVML, or {} where NVML does not run (no package, no GPU)."""
+    try:
+        nv = importlib.import_module("pynvml")
+        nv.nvmlInit()
+    except Exception:  # noqa: BLE001 - ImportError, NVMLError (no driver): no mapping, no noise
+        return {}
+    try:
+        count = nv.nvmlDeviceGetCount()
+        return pci_to_gpu(nv, [(str(i), nv.nvmlDeviceGetHandleByIndex(i)) for i in range(count)])
+    except Exception:  # noqa: BLE001 - as above
+        return {}
+    finally:
+        nv.nvmlShutdown()
 
 
 def xid_label(xid: int) -> str:
@@ -56,6 +87,7 @@ class NvmlCollector(Collector):
         self.identity_for_gpu = identity_for_gpu
         self.gpus: list[tuple[str, Any]] = []  # (index label, handle)
         self.uuids: dict[str, str | None] = {}
+        self.pci: dict[str, str] = {}  # PCI bus id -> GPU index
         self.links: dict[str, list[int]] = {}
         # (identity of the rank on the GPU at the time, gpu, xid) -> count
         self.xid_counts: dict[tuple[Identity, str, str], int] = {}
@@ -83,6 +115,7 @@ class NvmlCollector(Collector):
             log.info("NVML collector off: NVML unavailable (%s)", exc)
             return False
         self._nvml = nv
+        self.pci = pci_to_gpu(nv, self.gpus)
         for gpu, handle in self.gpus:
             uuid = self._call(nv.nvmlDeviceGetUUID, handle) if hasattr(nv, "nvmlDeviceGetUUID") else None
             self.uuids[gpu] = uuid.decode() if isinstance(uuid, bytes) else uuid
