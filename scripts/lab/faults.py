@@ -145,6 +145,7 @@ CORPUS_EXPECTED: dict[str, tuple[str | None, bool]] = {
 _KERNEL_LINE = re.compile(
     r"NVRM: |\bXid\b|\bAER: |\skernel: |\bEDAC\b|\bmce: |soft lockup|Out of memory: Killed process|oom-kill:"
 )
+KERNEL_LEAD_S = 1.0  # kernel-log excerpt -> the rank's CUDA error: five exporter polls in the lab
 _SYSLOG_HOST = re.compile(r"^[A-Z][a-z]{2} [ 0-9]{2} [0-9:]{8} ([A-Za-z0-9][A-Za-z0-9.-]*) kernel: ")
 _RANK_TOKEN = re.compile(r"^\[?[Rr]ank\s?(\d+)\]?:?$|^rank\s*:\s*(\d+) \(local_rank")
 
@@ -237,6 +238,10 @@ def replay(case: CorpusCase) -> Callable[[Lab, str, str], None]:
         if is_kernel_log(text):
             with lab.kmsg(node).open("a") as kmsg:
                 kmsg.write(text.rstrip("\n") + "\n")
+            # The kernel reports the fault before the application's next CUDA call fails. The exporter counts
+            # a kernel line for the workloads whose ranks it sees alive on the node, so a rank that died in
+            # the same poll would leave the line to no workload (the decision then rests on the CUDA error).
+            time.sleep(KERNEL_LEAD_S)
             text = CUDA_ERROR
         (control / f"line-r{rank}").write_text(text)
         if case.cls != "benign":
