@@ -11,6 +11,11 @@ report with a plot goes beside it.
   decision:  that alert -> decision recorded (the 1 s correlation window included)
   action:    decision -> Slurm action verified by a fresh squeue (act mode)
   productive: fault -> first training step of the next attempt (act mode, requeue actions)
+
+`--corpus net-001,gpu-035` replays those cases of tests/data/corpus/*.jsonl as the target rank's real
+log output (or its node's kernel log), one fault class `corpus:<id>` each, expected decision from the
+case's class; alone it runs only those (to bench/results/lab-corpus.json), with --quick or --classes
+beside the other classes.
 """
 
 from __future__ import annotations
@@ -29,7 +34,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from scripts.lab.faults import FAULTS, QUICK, TrialResult, run_trial, run_two_jobs, summarise  # noqa: E402
+from scripts.lab.faults import (  # noqa: E402
+    CORPUS_PREFIX,
+    FAULTS,
+    QUICK,
+    TrialResult,
+    fault_named,
+    load_corpus_case,
+    run_trial,
+    run_two_jobs,
+    summarise,
+)
 from scripts.lab.stackup import Lab, LabError, missing_requirements  # noqa: E402
 
 TARGETS = {"detection": 2.0, "decision": 1.5, "action": 1.0, "productive": 30.0, "precision": 0.95, "recall": 0.95}
@@ -178,6 +193,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one act-mode trial per class plus two healthy runs")
     parser.add_argument("--trials", type=int, default=3, help="trials per class and mode (full run)")
     parser.add_argument("--classes", nargs="*", help="only these fault classes")
+    parser.add_argument("--corpus", metavar="ID[,ID...]", help="also replay these corpus cases (tests/data/corpus)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--fast-path", action="store_true", help="exporters also post straight to Alertmanager")
     parser.add_argument("--report-only", type=Path, help="rewrite the Markdown report of an existing JSON result")
@@ -191,12 +207,21 @@ def main() -> int:
     if missing:
         print("the lab benchmark needs:\n  - " + "\n  - ".join(missing), file=sys.stderr)
         return 2
-    name = "lab-quick" if args.quick else "lab"
+    corpus = [f"{CORPUS_PREFIX}{i.strip()}" for i in (args.corpus or "").split(",") if i.strip()]
+    try:
+        faults = {c: fault_named(c) for c in [*(args.classes or []), *corpus] if c != "two_jobs"}
+        cases = [load_corpus_case(c.removeprefix(CORPUS_PREFIX)) for c in faults if c.startswith(CORPUS_PREFIX)]
+    except LabError as exc:
+        parser.error(str(exc))
+    name = "lab-quick" if args.quick else "lab-corpus" if corpus and not args.classes else "lab"
     out = args.out or ROOT / "bench" / "results" / f"{name}.json"
     if args.quick:
-        plan = [(c, "act") for c in (args.classes or [*QUICK, "two_jobs"])] + [("healthy", "act"), ("healthy", "act")]
+        plan = [(c, "act") for c in (args.classes or [*QUICK, "two_jobs"]) + corpus]
+        plan += [("healthy", "act"), ("healthy", "act")]
+    elif corpus and not args.classes:
+        plan = [(c, "act") for c in corpus for _ in range(args.trials)]
     else:
-        classes = args.classes or [*(c for c in FAULTS if c != "healthy"), "two_jobs"]
+        classes = (args.classes or [*(c for c in FAULTS if c != "healthy"), "two_jobs"]) + corpus
         plan = [(c, m) for m in ("act", "monitor") for c in classes for _ in range(args.trials)]
         plan += [("healthy", m) for m in ("act", "monitor") for _ in range(args.trials)]
     trials: list[TrialResult] = []
@@ -213,7 +238,8 @@ def main() -> int:
                 if fault == "two_jobs":
                     trials += run_two_jobs(lab, FAULTS["xid"], say=lambda m: print(m, flush=True))
                 else:
-                    trials.append(run_trial(lab, FAULTS[fault], say=lambda m: print(m, flush=True)))
+                    chosen = faults.get(fault) or FAULTS[fault]
+                    trials.append(run_trial(lab, chosen, say=lambda m: print(m, flush=True)))
                 time.sleep(6)  # keep consecutive trials outside the breaker's correlation window
     except LabError as exc:
         print(f"lab error: {exc}", file=sys.stderr)
@@ -236,6 +262,17 @@ def main() -> int:
             "Slurm lab of 4 slurmd on one host, Prometheus/Alertmanager fast profile",
         },
         "per_class": per_class(trials),
+        "corpus": [
+            {
+                "id": c.id,
+                "class": c.cls,
+                "family": c.family,
+                "source": c.source,
+                "fault": f"{CORPUS_PREFIX}{c.id}",
+                "expected_action": faults[f"{CORPUS_PREFIX}{c.id}"].action,
+            }
+            for c in cases
+        ],
         "notes": [],
         "misses": [miss(t) for t in trials if not t.ok],
         "trial_results": [t.as_json() for t in trials],

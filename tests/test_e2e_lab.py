@@ -3,6 +3,9 @@
 A real 3-rank PyTorch job on a 4-node Slurm lab gets a GPU fault (XID 79 in node n2's kernel log,
 its rank dies with a CUDA error); the responder must requeue it excluding n2, and training must
 resume from its checkpoint on the other nodes. The same path `make demo` shows, reduced to one trial.
+
+Then real failure logs (tests/data/corpus), four signature families in one lab bring-up: each replayed
+as a rank's real output must lead to the decision its class calls for.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from scripts.lab.faults import FAULTS, run_trial
-from scripts.lab.stackup import Lab, missing_requirements
+from scripts.lab.faults import CORPUS_PREFIX, FAULTS, Fault, TrialResult, fault_named, load_corpus_case, run_trial
+from scripts.lab.stackup import Lab, LabError, missing_requirements
 
 pytestmark = pytest.mark.e2e
 
@@ -44,3 +48,56 @@ def test_gpu_fault_is_detected_isolated_and_training_resumes_elsewhere() -> None
     # Latency figures are benchmarks (bench/lab.py), not assertions; only sanity here.
     assert trial.detection_s is not None
     assert trial.detection_s < 30
+
+
+# Real failure logs from tests/data/corpus/*.jsonl, one per signature family, whose lines the current
+# catalog (exporters/patterns.csv) names correctly: each is replayed as the target rank's own output (or,
+# for a kernel-log excerpt, into its node's kernel log), with the excerpt's host and rank tokens renamed to
+# the lab's. The expected action follows from the case's class (scripts/lab/faults.py: CORPUS_EXPECTED).
+CORPUS_CASES = {
+    # case id: (family, the catalog row that must name it, failure class of the decision)
+    "net-001": ("ib_completion", "ib_completion_error", "infra"),  # NCCL NET/IB completion error, status=12
+    "gpu-035": ("xid", "xid_62_microcontroller_halt", "infra"),  # NVRM Xid 62 in the node's kernel log
+    "gpu-028": ("cuda_ecc", "cuda_uncorrectable_ecc", "infra"),  # uncorrectable ECC; its [Rank 1] renamed
+    "app-008": ("device_side_assert", "cuda_device_assert", "app"),  # a label out of range: the program's bug
+}
+
+
+def test_real_failure_logs_replayed_in_the_lab_lead_to_the_right_decision() -> None:
+    missing = missing_requirements()
+    if missing:
+        message = "the lab needs: " + "; ".join(missing)
+        if os.environ.get("TRAINGUARD_REQUIRE_SERVICES") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    faults: dict[str, Fault] = {}
+    for case_id, (family, _, _) in CORPUS_CASES.items():
+        try:
+            faults[case_id] = fault_named(f"{CORPUS_PREFIX}{case_id}")
+        except LabError as exc:
+            pytest.fail(f"corpus case {case_id} ({family}) cannot be replayed: {exc}")
+        assert load_corpus_case(case_id).family == family, f"{case_id} is no longer a {family} case"
+    root = Path(tempfile.mkdtemp(prefix="trainguard-e2e-corpus-"))
+    lab = Lab(root, port_base=19700, say=lambda message: None)
+    trials: dict[str, TrialResult] = {}
+    records: dict[str, list[dict[str, Any]]] = {}
+    with lab.running():
+        for case_id, fault in faults.items():
+            trials[case_id] = run_trial(lab, fault, say=print)
+            records[case_id] = lab.decisions(trials[case_id].job)
+    for case_id, (_, pattern, failure_class) in CORPUS_CASES.items():
+        trial, fault = trials[case_id], faults[case_id]
+        expected_nodes = [trial.target] if fault.implicates_target else []
+        where = f"{case_id}: {trial.events}"
+        assert trial.action == fault.action, where
+        assert trial.implicated == expected_nodes, where
+        assert trial.excluded == (expected_nodes if fault.action == "requeue_excluding" else []), where
+        assert trial.outcome == "done", where
+        assert trial.ok, f"{case_id}: {trial.note}"
+        # One decision for the faulted attempt (cancelling the job at the end of a trial may add another).
+        [record] = [r for r in records[case_id] if r["attempt"] == "0"]
+        assert record["mode"] == "act"
+        assert record["failure_class"] == failure_class, where
+        assert pattern in record["patterns"], f"{case_id}: {record['patterns']}"
+        assert trial.detection_s is not None
+        assert trial.detection_s < 30

@@ -23,17 +23,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from scripts.lab.faults import FAULTS, run_trial  # noqa: E402
+from scripts.lab.faults import CORPUS_PREFIX, FAULTS, fault_named, run_trial  # noqa: E402
 from scripts.lab.report import timeline_png, trial_markdown  # noqa: E402
 from scripts.lab.stackup import Lab, LabError, missing_requirements  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--fault", default="xid", choices=sorted(FAULTS), help="fault to inject (default xid)")
+    parser.add_argument("--fault", default="xid", metavar="FAULT",
+                        help=f"fault to inject: {', '.join(sorted(FAULTS))}, or {CORPUS_PREFIX}<case id> to replay "
+                        "a case of tests/data/corpus/*.jsonl as the rank's own log output (default xid)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / "demo-output", help="where the report goes")
     parser.add_argument("--mode", choices=["act", "monitor"], default="act")
     args = parser.parse_args()
+    try:
+        fault = fault_named(args.fault)
+    except LabError as exc:
+        parser.error(str(exc))
     missing = missing_requirements()
     if missing:
         print("make demo cannot run the real stack on this machine. Missing:", file=sys.stderr)
@@ -49,7 +55,7 @@ def main() -> int:
         with lab.running():
             print(f"[lab] stack up in {time.monotonic() - started:.1f}s; logs and state under {workdir}")
             print(f"[lab] submitting a 3-node training job; injecting '{args.fault}' once it has a checkpoint\n")
-            trial = run_trial(lab, FAULTS[args.fault], say=lambda m: print(m, flush=True))
+            trial = run_trial(lab, fault, say=lambda m: print(m, flush=True))
             records = lab.decisions(trial.job)
             record = records[-1] if records else None
     except LabError as exc:

@@ -9,15 +9,19 @@ correct responder does (action and implicated nodes); a trial measures how close
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import signal
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from exporters.patterns import line_host, line_rank
 from responder.schedulers.slurm_parse import expand_hostlist
 from scripts.lab.stackup import NODES, ROOT, Lab, LabError
 
@@ -116,6 +120,156 @@ FAULTS = {
               timeout_s=25),
     )
 }  # fmt: skip
+CORPUS_DIR = ROOT / "tests" / "data" / "corpus"
+CORPUS_PREFIX = "corpus:"
+# What a correct responder does with each corpus class (action, whether the target node is implicated), as
+# docs/decisions.md ("Attribution", "Policy") and responder/policy.py document it for a first attempt of a
+# job with no earlier exclusions: infra_gpu / infra_node evidence on a host is hard evidence (+1.0) and an
+# infra_network line naming one host (fewer than half of the hosts: not the fabric) scores +1.0 on it, so
+# the verdict is infra with that node implicated -> `requeue_excluding` it; an application error without
+# hard infrastructure evidence -> class app -> `stop`; a collective timeout is a symptom on every surviving
+# rank, nobody is implicated, and infra or unknown without nodes -> plain `requeue`. A replayed rank exits
+# after its excerpt; that exit alone (`crash`, +0.5) never blames its node. A benign excerpt is printed
+# while the rank trains on: no decision at all. `unknown` cases have no expected decision: not replayable.
+CORPUS_EXPECTED: dict[str, tuple[str | None, bool]] = {
+    "infra_gpu": ("requeue_excluding", True),
+    "infra_network": ("requeue_excluding", True),
+    "infra_node": ("requeue_excluding", True),
+    "app_error": ("stop", False),
+    "collective_timeout": ("requeue", False),
+    "benign": (None, False),
+}
+# An excerpt of a node's kernel log rather than of a rank's output: it has NVRM/Xid, PCIe AER, syslog
+# `kernel:`, machine-check/EDAC, soft-lockup or OOM-killer lines. Such an excerpt goes whole (its
+# continuation lines too) into the node's kernel log.
+_KERNEL_LINE = re.compile(
+    r"NVRM: |\bXid\b|\bAER: |\skernel: |\bEDAC\b|\bmce: |soft lockup|Out of memory: Killed process|oom-kill:"
+)
+KERNEL_LEAD_S = 1.0  # kernel-log excerpt -> the rank's CUDA error: five exporter polls in the lab
+_SYSLOG_HOST = re.compile(r"^[A-Z][a-z]{2} [ 0-9]{2} [0-9:]{8} ([A-Za-z0-9][A-Za-z0-9.-]*) kernel: ")
+_RANK_TOKEN = re.compile(r"^\[?[Rr]ank\s?(\d+)\]?:?$|^rank\s*:\s*(\d+) \(local_rank")
+
+
+@dataclass(frozen=True)
+class CorpusCase:
+    """One excerpt of tests/data/corpus/*.jsonl (the fields a replay needs)."""
+
+    id: str
+    cls: str
+    family: str
+    text: str
+    tokens: tuple[str, ...]
+    source: str = ""
+
+    def host_tokens(self) -> list[str]:
+        """The tokens that name the host that printed the excerpt: a line's own host as the exporter reads
+        it (NCCL's ``host:pid:tid [gpu]`` prefix, torchelastic's ``host : NAME``) or a syslog line's host.
+        Peers named inside a line (``10.0.0.2<45763>``) are other hosts and stay as they are."""
+        own = {h for line in self.text.splitlines() for h in (line_host(line), _syslog_host(line)) if h}
+        return [t for t in self.tokens if t in own]
+
+    def rank_tokens(self) -> list[str]:
+        """The tokens that name the rank that printed the excerpt (``[Rank 1]``, ``[rank1]``, ``rank : 0
+        (local_rank: 0)``), when every line that names its own rank names the same one; other ranks a
+        line mentions (a peer, the rank a collective waited for) stay as they are, and so does the GPU
+        index of NCCL's ``host:pid:tid [gpu]`` prefix."""
+        own = {r for line in self.text.splitlines() if (r := line_rank(line)) is not None}
+        if len(own) != 1:
+            return []
+        [rank] = own
+        found = []
+        for token in self.tokens:
+            m = _RANK_TOKEN.match(token.strip())
+            if m and str(int(m.group(1) or m.group(2))) == rank:
+                found.append(token)
+        return found
+
+    def replayed(self, node: str, rank: str) -> str:
+        """The excerpt as node ``node``'s rank ``rank`` prints it: host tokens become the node's name, rank
+        tokens the rank; nothing else in the text changes."""
+        text = self.text
+        for token in self.host_tokens():
+            text = re.sub(rf"(?<![A-Za-z0-9.-]){re.escape(token)}(?![A-Za-z0-9-]|\.[A-Za-z0-9])", node, text)
+        for token in self.rank_tokens():
+            number = re.search(r"\d+", token)
+            assert number is not None
+            renamed = token[: number.start()] + rank + token[number.end() :]
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(token)}(?![0-9])", renamed, text)
+        return text
+
+
+def _syslog_host(line: str) -> str | None:
+    m = _SYSLOG_HOST.match(line)
+    return m.group(1) if m else None
+
+
+def is_kernel_log(text: str) -> bool:
+    return any(_KERNEL_LINE.search(line) for line in text.splitlines())
+
+
+def load_corpus_case(case_id: str, directory: Path = CORPUS_DIR) -> CorpusCase:
+    """The case ``case_id`` from ``directory``/*.jsonl; LabError naming the files when it is not there."""
+    files = sorted(directory.glob("*.jsonl"))
+    for path in files:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                case = json.loads(line)
+            except ValueError as exc:
+                raise LabError(f"{path}:{number}: not JSON ({exc})") from None
+            if case.get("id") == case_id:
+                tokens = tuple(str(t) for t in case.get("tokens") or ())
+                return CorpusCase(case_id, str(case["class"]), str(case["family"]), str(case["text"]), tokens,
+                                  str(case.get("source", "")))  # fmt: skip
+    where = ", ".join(p.name for p in files) if files else "no *.jsonl files"
+    raise LabError(f"corpus case {case_id!r} not found in {directory} ({where})")
+
+
+def replay(case: CorpusCase) -> Callable[[Lab, str, str], None]:
+    """The rank on the node prints the excerpt as its own output and exits 1 (as ``_die_with``); a kernel
+    log excerpt goes to the node's kernel log instead and the rank dies with its usual CUDA error (as the
+    ``xid`` fault). A benign excerpt is printed and the rank trains on."""
+
+    def inject(lab: Lab, job: str, node: str) -> None:
+        rank = _rank(lab, job, node)
+        text = case.replayed(node, rank)
+        control = lab.root / "control" / job
+        if is_kernel_log(text):
+            with lab.kmsg(node).open("a") as kmsg:
+                kmsg.write(text.rstrip("\n") + "\n")
+            # The kernel reports the fault before the application's next CUDA call fails. The exporter counts
+            # a kernel line for the workloads whose ranks it sees alive on the node, so a rank that died in
+            # the same poll would leave the line to no workload (the decision then rests on the CUDA error).
+            time.sleep(KERNEL_LEAD_S)
+            text = CUDA_ERROR
+        (control / f"line-r{rank}").write_text(text)
+        if case.cls != "benign":
+            (control / f"die-r{rank}").write_text("1")
+
+    return inject
+
+
+def corpus_fault(case_id: str, directory: Path = CORPUS_DIR) -> Fault:
+    case = load_corpus_case(case_id, directory)
+    if case.cls not in CORPUS_EXPECTED:
+        raise LabError(f"corpus case {case_id} is labelled {case.cls!r}: no expected decision to check a replay by")
+    action, implicates = CORPUS_EXPECTED[case.cls]
+    where = "the node's kernel log" if is_kernel_log(case.text) else "the rank's log"
+    description = f"corpus {case.id} ({case.cls}, {case.family}) replayed into {where}"
+    return Fault(f"{CORPUS_PREFIX}{case.id}", description, replay(case), action, implicates,
+                 timeout_s=25 if action is None else 60)  # fmt: skip
+
+
+def fault_named(name: str) -> Fault:
+    """A fault by name: one of FAULTS, or ``corpus:<case id>`` (a replay of that corpus case)."""
+    if name.startswith(CORPUS_PREFIX):
+        return corpus_fault(name.removeprefix(CORPUS_PREFIX))
+    if name not in FAULTS:
+        raise LabError(f"unknown fault {name!r}: one of {', '.join(sorted(FAULTS))} or {CORPUS_PREFIX}<case id>")
+    return FAULTS[name]
+
+
 QUICK = ("xid", "nccl_error", "cuda_error", "ecc", "hang", "crash", "node_loss", "app_error")
 
 
