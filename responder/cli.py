@@ -108,7 +108,7 @@ def _serve(args: argparse.Namespace) -> int:
     log = logging.getLogger("trainguard")
     store = SqliteStore(settings.db_path)
     app = create_app(settings, store, scheduler, SystemClock(), registry=registry)
-    modes = {name: app.state.engine.mode(name) for name in settings.clusters}
+    modes = {name: app.state.services.engine.mode(name) for name in settings.clusters}
     log.info(
         "trainguard responder on http://%s:%d, store %s, default mode %s, clusters %s, webhook token %s",
         settings.host, settings.port, settings.db_path, settings.default_mode, modes or "(none configured)",

@@ -16,7 +16,7 @@ from responder.clock import SystemClock
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import Settings
 from responder.store import SqliteStore
-from tests.services import wait_until
+from tests.services import LOOPBACK, wait_until
 
 
 @dataclass
@@ -57,7 +57,7 @@ def make_responder(tmp_path: Path) -> Iterator[Callable[..., Responder]]:
         sched = scheduler or RecordingScheduler(outcome="done")
         registry = CollectorRegistry()
         app = create_app(config, store, sched, SystemClock(), registry=registry)
-        client = TestClient(app)
+        client = TestClient(app, client=LOOPBACK)
         client.__enter__()
         opened.append((client, store))
         return Responder(client, store, sched, registry)

@@ -80,3 +80,8 @@ def wait_until(predicate: Callable[[], object], timeout: float, interval: float 
         return poll(predicate, timeout, what or str(predicate), interval)
     except TimeoutError as exc:
         pytest.fail(str(exc))
+
+
+# The address TestClient presents as the client: a loopback one, as a local operator's would be
+# (without it, starlette's TestClient says "testclient", which is no address at all).
+LOOPBACK = ("127.0.0.1", 50000)

@@ -27,7 +27,7 @@ from responder.settings import Settings
 from responder.store import SqliteStore
 from tests.fake_k8s import FakeKube, FakeServer, require_module, serve
 from tests.payloads import alert, notification
-from tests.services import wait_until
+from tests.services import LOOPBACK, wait_until
 
 require_module("kubernetes", "'trainguard[k8s]' (the kubernetes client)")
 
@@ -66,7 +66,7 @@ def test_an_xid_alert_ends_in_a_verified_restart_away_from_the_node(
         alert("TrainguardNcclTimeout", "collective_timeout", host=h, rank=r, pattern="nccl_watchdog_timeout", **labels)
         for h, r in (("gpu-1", "0"), ("gpu-2", "1"))
     ]
-    with TestClient(app) as client:
+    with TestClient(app, client=LOOPBACK) as client:
         assert client.post("/v1/alerts", json=notification(alerts)).status_code == 200
 
         def done() -> list[dict[str, Any]]:

@@ -372,7 +372,7 @@ def test_engine_sink_mirrors_decisions_of_a_real_incident(
     mirror = LokiMirror(LokiSettings(url=LOKI, **FAST), tmp_path / "spool", responder.registry)
     mirror.start()
     try:
-        responder.client.app.state.engine.sinks.append(mirror.submit)  # type: ignore[attr-defined]
+        responder.client.app.state.services.engine.sinks.append(mirror.submit)  # type: ignore[attr-defined]
         assert responder.post(payloads.nccl_storm_with_xid()).status_code == 200
         decisions = responder.wait_decisions(1)
         assert mirror.wait_idle(5)
