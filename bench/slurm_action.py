@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from prometheus_client import CollectorRegistry  # noqa: E402
 
 from responder.schedulers.base import Action, ActionRequest, WorkloadState  # noqa: E402
-from responder.schedulers.slurm import SlurmScheduler, SlurmSettings  # noqa: E402
+from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings  # noqa: E402
 from tests.services import free_port  # noqa: E402
 
 LAB = ROOT / "slurm" / "lab.sh"

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from responder import watchdog
 from responder.errors import ConfigError
+from responder.schedulers.slurm import watchdog
 
 DEFAULT_URL = "http://127.0.0.1:9480"
 

@@ -20,8 +20,8 @@ from starlette.testclient import TestClient
 
 from responder.app import create_app
 from responder.clock import SystemClock
-from responder.schedulers.jobset import JobSetScheduler, JobSetSettings
-from responder.schedulers.pytorchjob import PyTorchJobScheduler
+from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings
+from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler
 from responder.schedulers.router import ClusterSchedulers, build_schedulers
 from responder.settings import Settings
 from responder.store import SqliteStore

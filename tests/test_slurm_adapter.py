@@ -15,10 +15,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from responder.schedulers.base import Action, ActionRequest, Scheduler, SchedulerError, WorkloadState
-from responder.schedulers.slurm import SlurmScheduler, SlurmSettings
-from responder.schedulers.slurm_cli import CommandResult, SlurmCommandMetrics, Transport
-from responder.slurm_collector import SlurmCollector
-from responder.watchdog import release_stale_holds
+from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
+from responder.schedulers.slurm.collector import SlurmCollector
+from responder.schedulers.slurm.commands import CommandResult, SlurmCommandMetrics, Transport
+from responder.schedulers.slurm.watchdog import release_stale_holds
 
 DATA = Path(__file__).parent / "data" / "slurm"
 ROOT = Path(__file__).parent.parent

@@ -29,11 +29,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from responder import watchdog
 from responder.schedulers.base import Action, ActionRequest, WorkloadState
-from responder.schedulers.slurm import SlurmScheduler, SlurmSettings
-from responder.schedulers.slurm_cli import CommandResult
-from responder.slurm_collector import SlurmCollector
+from responder.schedulers.slurm import watchdog
+from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
+from responder.schedulers.slurm.collector import SlurmCollector
+from responder.schedulers.slurm.commands import CommandResult
 from tests.services import free_port, require_binary, require_root, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
@@ -246,8 +246,8 @@ def test_stop(lab: Lab) -> None:
 KILLED_RESPONDER = """
 import os, signal, sys
 from responder.schedulers.base import Action, ActionRequest
-from responder.schedulers.slurm import SlurmScheduler, SlurmSettings
-from responder.schedulers.slurm_cli import SubprocessRunner
+from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
+from responder.schedulers.slurm.commands import SubprocessRunner
 
 inner = SubprocessRunner()
 def runner(argv, timeout):

@@ -51,9 +51,9 @@ def build_schedulers(settings: Settings, registry: CollectorRegistry | None = No
         if kind == "recording":
             adapters[name] = RecordingScheduler(outcome="done")
         elif kind == "slurm":
-            from responder.schedulers.slurm import SlurmScheduler, SlurmSettings  # noqa: PLC0415
-            from responder.schedulers.slurm_cli import SlurmCommandMetrics  # noqa: PLC0415
-            from responder.slurm_collector import SlurmCollector  # noqa: PLC0415
+            from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings  # noqa: PLC0415
+            from responder.schedulers.slurm.collector import SlurmCollector  # noqa: PLC0415
+            from responder.schedulers.slurm.commands import SlurmCommandMetrics  # noqa: PLC0415
 
             if registry is not None and slurm_metrics is None:
                 slurm_metrics = SlurmCommandMetrics(registry)
@@ -62,9 +62,9 @@ def build_schedulers(settings: Settings, registry: CollectorRegistry | None = No
             if registry is not None:
                 registry.register(SlurmCollector(adapter, name))
         elif kind in ("jobset", "pytorchjob"):
-            from responder.schedulers.jobset import JobSetScheduler, JobSetSettings  # noqa: PLC0415
-            from responder.schedulers.kubernetes import KubeRequestMetrics  # noqa: PLC0415
-            from responder.schedulers.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings  # noqa: PLC0415
+            from responder.schedulers.kubernetes.api import KubeRequestMetrics  # noqa: PLC0415
+            from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings  # noqa: PLC0415
+            from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings  # noqa: PLC0415
 
             if kube_metrics is None:
                 kube_metrics = KubeRequestMetrics(registry)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from responder.schedulers.slurm_parse import expand_hostlist
+from responder.schedulers.slurm.parse import expand_hostlist
 from scripts.lab.stackup import NODES, ROOT, Lab, LabError
 
 NCCL_ERROR = (

@@ -33,7 +33,7 @@ import yaml
 from pydantic import ValidationError
 
 from responder.schedulers.base import SchedulerError
-from responder.schedulers.slurm import SlurmScheduler, SlurmSettings
+from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
 
 log = logging.getLogger(__name__)
 

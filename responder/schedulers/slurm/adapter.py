@@ -43,23 +43,10 @@ from responder.schedulers.base import (
     WorkloadState,
     identity_refusal,
 )
-from responder.schedulers.slurm_cli import (
-    Runner,
-    SlurmCommandMetrics,
-    SlurmCommands,
-    SubprocessRunner,
-    Transport,
-)
-from responder.schedulers.slurm_parse import (
-    Marker,
-    SlurmJob,
-    SlurmNode,
-    join_nodes,
-    parse_sinfo_json,
-    parse_squeue_json,
-    plan_exclusions,
-    valid_incident_id,
-)
+from responder.schedulers.slurm.commands import Runner, SlurmCommandMetrics, SlurmCommands, SubprocessRunner, Transport
+from responder.schedulers.slurm.exclusions import join_nodes, plan_exclusions
+from responder.schedulers.slurm.marker import Marker, valid_incident_id
+from responder.schedulers.slurm.parse import SlurmJob, SlurmNode, parse_sinfo_json, parse_squeue_json
 from trainguard.identity import IdentityError, validate_cluster, validate_host, validate_workload
 
 log = logging.getLogger(__name__)

@@ -27,17 +27,15 @@ from typing import Any, Final
 from pydantic import Field
 
 from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState
-from responder.schedulers.kubernetes import (
+from responder.schedulers.kubernetes.api import (
     ANNOTATION_LAST_INCIDENT,
-    KubeWorkloadScheduler,
-    WorkloadSettings,
     condition_true,
     labels_and_annotations,
     metadata,
-    poll,
     rfc3339,
     split_workload,
 )
+from responder.schedulers.kubernetes.workload import KubeWorkloadScheduler, WorkloadSettings, poll
 
 log = logging.getLogger(__name__)
 

@@ -32,16 +32,14 @@ from typing import Any, Final
 from pydantic import Field
 
 from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState
-from responder.schedulers.kubernetes import (
-    KubeWorkloadScheduler,
-    WorkloadSettings,
+from responder.schedulers.kubernetes.api import (
     condition_true,
     labels_and_annotations,
     metadata,
-    poll,
     rfc3339,
     split_workload,
 )
+from responder.schedulers.kubernetes.workload import KubeWorkloadScheduler, WorkloadSettings, poll
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from responder.schedulers.base import SchedulerError, WorkloadState
-from responder.schedulers.slurm import SlurmScheduler
-from responder.schedulers.slurm_parse import SlurmJob, SlurmNode
+from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.parse import SlurmJob, SlurmNode
 
 JOB_STATES = (
     "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
