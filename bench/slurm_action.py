@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from prometheus_client import CollectorRegistry  # noqa: E402
 
-from responder.schedulers.base import Action, ActionRequest, WorkloadState  # noqa: E402
+from responder.model import Action  # noqa: E402
+from responder.schedulers.base import ActionRequest, WorkloadState  # noqa: E402
 from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings  # noqa: E402
 from tests.services import free_port  # noqa: E402
 

@@ -98,7 +98,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings.webhook_secret()
         settings.operator_secret()
         registry = CollectorRegistry()
-        scheduler = build_schedulers(settings, registry)
+        scheduler = build_schedulers(settings.schedulers(), registry)
     except (ConfigError, ValueError, ValidationError) as exc:
         print(f"trainguard serve: {exc}", file=sys.stderr)
         return 2

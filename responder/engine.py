@@ -30,9 +30,10 @@ from responder.attribution import Verdict, attribute
 from responder.clock import Clock
 from responder.enrichment import Enricher, NoEnrichment
 from responder.metrics import ResponderMetrics
+from responder.model import Action
 from responder.policy import plan
 from responder.records import AuditRecord, new_id
-from responder.schedulers.base import Action, ActionRequest, Scheduler, SchedulerError
+from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError
 from responder.settings import Settings
 from responder.store import AuditStore, Incident, IngestResult, StoredAlert
 

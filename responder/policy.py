@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from responder.attribution import AttemptProgress, Verdict
-from responder.schedulers.base import Action
+from responder.model import Action
 from responder.settings import PolicySettings
 
 

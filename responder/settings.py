@@ -18,10 +18,9 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 
 from responder.errors import ConfigError
 from responder.loki import LokiSettings
-from responder.schedulers.base import Action
+from responder.model import Action, Mode
+from responder.schedulers.router import SchedulerSettings
 from trainguard.identity import IdentityError, validate_cluster
-
-Mode = Literal["monitor", "act"]
 
 
 class PolicySettings(BaseModel):
@@ -44,10 +43,10 @@ class PolicySettings(BaseModel):
 class ClusterSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    mode: Mode = Field("monitor", description="initial mode; a mode set through the API is persisted")
+    mode: Mode = Field(Mode.MONITOR, description="initial mode; a mode set through the API is persisted")
     nodes: int | None = Field(None, ge=1, description="cluster size, for the breaker's node share")
     policy: PolicySettings = Field(default_factory=PolicySettings)
-    scheduler: dict[str, Any] | None = Field(
+    scheduler: SchedulerSettings | None = Field(
         None, description="scheduler adapter settings, e.g. {kind: slurm, ...}; none: act mode fails safe"
     )
 
@@ -91,7 +90,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest webhook body accepted")
     correlation_window_s: float = Field(1.0, ge=0, le=300, description="gather evidence this long")
     action_retry_s: float = Field(5.0, gt=0, description="retry a failed scheduler action after this")
-    default_mode: Mode = Field("monitor", description="mode of clusters not listed under clusters")
+    default_mode: Mode = Field(Mode.MONITOR, description="mode of clusters not listed under clusters")
     prometheus_url: str | None = Field(None, description="Prometheus for enrichment; none: alerts only")
     prometheus_timeout_s: float = Field(2.0, gt=0, description="enrichment query timeout")
     clusters: dict[str, ClusterSettings] = Field(default_factory=dict)
@@ -121,6 +120,10 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Flags (init) beat the environment, which beats the YAML file (passed as defaults below).
         return (init_settings, env_settings)
+
+    def schedulers(self) -> dict[str, SchedulerSettings | None]:
+        """Each configured cluster's scheduler settings (``build_schedulers`` takes these)."""
+        return {name: cluster.scheduler for name, cluster in self.clusters.items()}
 
     def cluster(self, name: str) -> ClusterSettings:
         return self.clusters.get(name) or ClusterSettings(mode=self.default_mode)

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from responder.schedulers.base import Action, ActionRequest
+from responder.model import Action
+from responder.schedulers.base import ActionRequest
 from responder.schedulers.kubernetes.api import PERMISSIONS
 from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings
 from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings

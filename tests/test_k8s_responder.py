@@ -134,7 +134,7 @@ def test_the_router_builds_both_adapters_from_the_configuration(server: FakeServ
         }
     )
     registry = CollectorRegistry()
-    schedulers = build_schedulers(settings, registry)
+    schedulers = build_schedulers(settings.schedulers(), registry)
     jobset, pytorchjob = schedulers.adapters["a"], schedulers.adapters["b"]
     assert isinstance(jobset, JobSetScheduler)
     assert isinstance(pytorchjob, PyTorchJobScheduler)

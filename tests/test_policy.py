@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from responder.attribution import Verdict
+from responder.model import Action
 from responder.policy import plan
-from responder.schedulers.base import Action
 from responder.settings import PolicySettings
 
 

@@ -14,7 +14,8 @@ from types import ModuleType
 import pytest
 from prometheus_client import CollectorRegistry
 
-from responder.schedulers.base import Action, ActionRequest, Scheduler, SchedulerError, WorkloadState
+from responder.model import Action
+from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError, WorkloadState
 from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
 from responder.schedulers.slurm.collector import SlurmCollector
 from responder.schedulers.slurm.commands import CommandResult, SlurmCommandMetrics, Transport

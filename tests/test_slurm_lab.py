@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from responder.schedulers.base import Action, ActionRequest, WorkloadState
+from responder.model import Action
+from responder.schedulers.base import ActionRequest, WorkloadState
 from responder.schedulers.slurm import watchdog
 from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
 from responder.schedulers.slurm.collector import SlurmCollector
@@ -245,7 +246,8 @@ def test_stop(lab: Lab) -> None:
 
 KILLED_RESPONDER = """
 import os, signal, sys
-from responder.schedulers.base import Action, ActionRequest
+from responder.model import Action
+from responder.schedulers.base import ActionRequest
 from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
 from responder.schedulers.slurm.commands import SubprocessRunner
 

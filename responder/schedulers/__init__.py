@@ -1,7 +1,7 @@
 """Scheduler adapters: the only code that knows a Slurm command or a Kubernetes verb."""
 
+from responder.model import Action
 from responder.schedulers.base import (
-    Action,
     ActionRequest,
     ActionResult,
     Scheduler,

@@ -17,20 +17,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal, Protocol, runtime_checkable
 
+from responder.model import Action
 from trainguard.identity import IdentityError, validate_cluster, validate_host, validate_workload
-
-
-class Action(StrEnum):
-    """Actions of CONTRACT §5, plus ``resume_node`` (the operator's undo of ``drain_node``)."""
-
-    REQUEUE = "requeue"
-    REQUEUE_EXCLUDING = "requeue_excluding"
-    STOP = "stop"
-    HOLD = "hold"
-    RELEASE = "release"
-    DRAIN_NODE = "drain_node"
-    RESUME_NODE = "resume_node"
-    NONE = "none"
 
 
 class WorkloadState(StrEnum):

@@ -9,8 +9,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from responder.schedulers.base import ActionRequest, ActionResult, WorkloadObservation, WorkloadState
+
+
+class RecordingSettings(BaseModel):
+    """``{kind: recording}``: a cluster whose actions are recorded as done and touch nothing (demos, tests)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["recording"] = "recording"
 
 
 class RecordingScheduler:

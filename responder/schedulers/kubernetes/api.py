@@ -24,11 +24,7 @@ from typing import Any, Final
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from responder.schedulers.base import (
-    ActionRequest,
-    SchedulerError,
-    identity_refusal,
-)
+from responder.schedulers.base import ActionRequest, SchedulerError, identity_refusal
 from trainguard.identity import validate_cluster
 
 log = logging.getLogger(__name__)

@@ -22,11 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from responder.schedulers.base import (
-    ActionRequest,
-    ActionResult,
-    SchedulerError,
-)
+from responder.schedulers.base import ActionRequest, ActionResult, SchedulerError
 from responder.schedulers.kubernetes.api import (
     ANNOTATION_CORDONED,
     ANNOTATION_INCIDENT,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pydantic import Field
 
@@ -59,6 +59,8 @@ DEADLINE_MESSAGE: Final = "Job was active longer than specified deadline"
 
 class JobSetSettings(WorkloadSettings):
     """How trainguard reaches JobSets on one cluster (``clusters.<name>.scheduler: {kind: jobset, ...}``)."""
+
+    kind: Literal["jobset"] = Field("jobset", description="The adapter: jobset.")
 
     restart_deadline_s: int = Field(
         1, ge=1, le=60, description="activeDeadlineSeconds set on the child Job that trainguard fails."

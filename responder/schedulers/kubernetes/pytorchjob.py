@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pydantic import Field
 
@@ -47,6 +47,8 @@ ANNOTATION_RESTARTED_AT: Final = "trainguard.io/restarted-at"
 
 class PyTorchJobSettings(WorkloadSettings):
     """How trainguard reaches PyTorchJobs on one cluster (``clusters.<name>.scheduler: {kind: pytorchjob}``)."""
+
+    kind: Literal["pytorchjob"] = Field("pytorchjob", description="The adapter: pytorchjob.")
 
     pod_label: str = Field(
         "training.kubeflow.org/job-name",

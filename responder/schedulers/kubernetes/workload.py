@@ -15,14 +15,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from responder.schedulers.base import (
-    Action,
-    ActionRequest,
-    ActionResult,
-    SchedulerError,
-    WorkloadObservation,
-    WorkloadState,
-)
+from responder.model import Action
+from responder.schedulers.base import ActionRequest, ActionResult, SchedulerError, WorkloadObservation, WorkloadState
 from responder.schedulers.kubernetes.api import (
     ANNOTATION_EXCLUDED,
     ANNOTATION_HELD_AT,

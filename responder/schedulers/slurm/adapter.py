@@ -34,8 +34,8 @@ from typing import Literal
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from responder.model import Action
 from responder.schedulers.base import (
-    Action,
     ActionRequest,
     ActionResult,
     SchedulerError,
@@ -58,6 +58,8 @@ _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 
 class SlurmSettings(BaseModel):
     """How trainguard reaches one Slurm cluster and what it may do there."""
+
+    kind: Literal["slurm"] = Field("slurm", description="The adapter: slurm.")
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
