@@ -21,8 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
-from responder.records import FailureClass
-from responder.store import StoredAlert
+from responder.model import FailureClass, StoredAlert
 
 HARD_INFRA = frozenset({"infra_gpu", "infra_node", "node_lost"})
 SOFT_INFRA = frozenset({"infra_network", "straggler", "hang"})
@@ -161,20 +160,20 @@ def attribute(alerts: Sequence[StoredAlert], context: Context | None = None) -> 
     hard_implicated = tuple(h for h in implicated if h in hard_hosts)
     failure_class: FailureClass
     if hard_implicated:
-        failure_class = "infra"
+        failure_class = FailureClass.INFRA
         implicated = tuple(sorted(set(hard_implicated) | {h for h in implicated if h in soft_hosts}))
         summary = f"infrastructure fault on {', '.join(implicated)}"
     elif app_ranks or app_groups:
-        failure_class, implicated = "app", ()
+        failure_class, implicated = FailureClass.APP, ()
         summary = f"application error on {len(app_ranks) or 'some'} rank(s); no node to blame"
     elif implicated:
-        failure_class = "infra"
+        failure_class = FailureClass.INFRA
         summary = f"infrastructure fault on {', '.join(implicated)}"
     elif categories & (HARD_INFRA | {"infra_network"}):
-        failure_class = "infra"
+        failure_class = FailureClass.INFRA
         summary = "infrastructure fault, but no single node can be blamed"
     else:
-        failure_class = "unknown"
+        failure_class = FailureClass.UNKNOWN
         summary = "cause unknown: only symptoms, no node or application error identified"
     patterns = tuple(sorted({g.name for g in groups}))
     return Verdict(failure_class, dict(scores), implicated, tuple(explanation), patterns, categories, summary)

@@ -20,9 +20,12 @@ from responder.store import AuditStore
 
 @dataclass(frozen=True, slots=True)
 class BreakerCheck:
+    """The breaker's verdict. It only reads the store: a new ``trip`` is for the caller to persist."""
+
     allowed: bool
     reason: str = ""
     tripped: bool = False  # open because of correlated failures (shown as a metric)
+    trip: str | None = None  # the reason of a trip that starts now (record it with ``record_trip``)
 
 
 def check(
@@ -44,8 +47,7 @@ def check(
             f"{len(failing)} workloads failed within {settings.correlated_window_s:.0f}s: likely a shared cause "
             "(storage, fabric, scheduler), not bad nodes; not acting"
         )
-        store.record_trip(cluster, now, reason)
-        return BreakerCheck(False, f"circuit breaker tripped: {reason}", True)
+        return BreakerCheck(False, f"circuit breaker tripped: {reason}", True, trip=reason)
     if not counts_action:
         return BreakerCheck(True)
     since = now - settings.window_s

@@ -38,7 +38,7 @@ from responder import breaker, isolation
 from responder.auth import operator_identity, read_capped
 from responder.clock import rfc3339
 from responder.errors import PayloadTooLarge, ResponderError
-from responder.records import AuditRecord
+from responder.model import AuditRecord
 from responder.services import Services, services
 from responder.store import RecordQuery
 from trainguard.identity import IdentityError, validate_cluster

@@ -19,7 +19,7 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from responder.attribution import AttemptProgress, Context, RankProgress
-from responder.store import Incident, StoredAlert
+from responder.model import Incident, StoredAlert
 
 log = logging.getLogger(__name__)
 

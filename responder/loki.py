@@ -41,7 +41,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from responder.records import AuditRecord
+from responder.model import AuditRecord
 from trainguard.identity import IdentityError, validate_cluster
 
 log = logging.getLogger(__name__)

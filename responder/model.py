@@ -134,6 +134,7 @@ class AuditRecord:
     safety: dict[str, Any] = field(default_factory=dict)
     detail: str = ""
     verified: bool = False
+    actor: str = "responder"  # who wrote the record: the responder, or the Slurm watchdog
 
     def to_json(self) -> dict[str, Any]:
         """The API's and Loki's form: docs/interfaces.md §5 fields with RFC 3339 timestamps."""

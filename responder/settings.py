@@ -89,7 +89,6 @@ class Settings(BaseSettings):
     operator_token_file: Path | None = Field(None, description="file holding the operator token")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest webhook body accepted")
     correlation_window_s: float = Field(1.0, ge=0, le=300, description="gather evidence this long")
-    action_retry_s: float = Field(5.0, gt=0, description="retry a failed scheduler action after this")
     default_mode: Mode = Field(Mode.MONITOR, description="mode of clusters not listed under clusters")
     prometheus_url: str | None = Field(None, description="Prometheus for enrichment; none: alerts only")
     prometheus_timeout_s: float = Field(2.0, gt=0, description="enrichment query timeout")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from pydantic_core import to_json
 
 from responder.alerts import ClassifiedAlert, Notification
-from responder.records import AuditRecord, new_id
+from responder.model import AuditRecord, Incident, StoredAlert, new_id
 
 SCHEMA_VERSION = 1
 
@@ -139,38 +139,6 @@ class IngestResult:
 
 
 @dataclass(frozen=True, slots=True)
-class Incident:
-    id: str
-    cluster: str
-    workload: str
-    scheduler: str | None
-    attempt: str  # '' when the alerts did not say
-    state: str
-    opened_at: float
-    deadline: float
-    decided_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class StoredAlert:
-    fingerprint: str
-    starts_at: str
-    starts_at_ts: float
-    status: str
-    received_at: float
-    labels: dict[str, str]
-    annotations: dict[str, str]
-
-    def evidence(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "labels": self.labels,
-            "startsAt": self.starts_at,
-            "summary": self.annotations.get("summary", ""),
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class RecordQuery:
     cluster: str | None = None
     workload: str | None = None
@@ -191,7 +159,7 @@ class AuditStore(Protocol):
         alerts: Sequence[ClassifiedAlert],
         now: float,
         window: float,
-        refusal: Callable[[ClassifiedAlert, float], AuditRecord],
+        refusals: Mapping[tuple[str, str, str], AuditRecord],
     ) -> IngestResult: ...
     def due_incidents(self, now: float) -> list[Incident]: ...
     def next_deadline(self) -> float | None: ...
@@ -203,7 +171,6 @@ class AuditStore(Protocol):
     ) -> bool: ...
     def update_outcome(self, record: AuditRecord) -> None: ...
     def pending_records(self) -> list[AuditRecord]: ...
-    def add_record(self, record: AuditRecord) -> None: ...
     def records(self, query: RecordQuery) -> list[AuditRecord]: ...
     def record(self, record_id: str) -> AuditRecord | None: ...
     def get_mode(self, cluster: str) -> str | None: ...
@@ -222,7 +189,7 @@ class AuditStore(Protocol):
     def last_trip(self, cluster: str) -> tuple[float, str] | None: ...
     def record_trip(self, cluster: str, now: float, reason: str) -> None: ...
     def tripped_clusters(self) -> list[str]: ...
-    def counts(self) -> dict[str, int]: ...
+    def open_incident_count(self) -> int: ...
     def ping(self) -> None: ...
     def close(self) -> None: ...
 
@@ -270,14 +237,15 @@ class SqliteStore:
         alerts: Sequence[ClassifiedAlert],
         now: float,
         window: float,
-        refusal: Callable[[ClassifiedAlert, float], AuditRecord],
+        refusals: Mapping[tuple[str, str, str], AuditRecord],
     ) -> IngestResult:
         """Store every alert once; open incidents for new evidence; audit new rejections. Atomic.
 
-        ``refusal`` builds the audit record of a newly rejected alert (the caller knows the mode).
+        ``refusals``: the audit record of each rejected alert, by its key; only those of alerts not
+        seen before are written (and returned).
         """
         opened: list[str] = []
-        refusals: list[AuditRecord] = []
+        written: list[AuditRecord] = []
         counts = dict.fromkeys(("evidence", "rejected", "ignored", "resolved"), 0)
         with self._tx() as db:
             cur = db.execute(
@@ -308,10 +276,10 @@ class SqliteStore:
                         if was_opened:
                             opened.append(incident_id)
                 counts[item.disposition] += 1
-                if item.disposition == "rejected":
-                    record = refusal(item, now)
+                record = refusals.get(item.key) if item.disposition == "rejected" else None
+                if record is not None:
                     self._insert_record(db, record)
-                    refusals.append(record)
+                    written.append(record)
                 rows.append((
                     a.fingerprint, a.startsAt, a.status, item.starts_at, now, notification_id, item.disposition,
                     item.reason, ident.cluster if ident else a.labels.get("cluster"),
@@ -328,7 +296,7 @@ class SqliteStore:
             db.execute("UPDATE notifications SET new_alerts=? WHERE id=?", (len(fresh), notification_id))
         return IngestResult(
             len(fresh), len(alerts) - len(fresh), counts["evidence"], counts["rejected"], counts["ignored"],
-            counts["resolved"], tuple(opened), tuple(refusals),
+            counts["resolved"], tuple(opened), tuple(written),
         )  # fmt: skip
 
     @staticmethod
@@ -422,10 +390,6 @@ class SqliteStore:
                 record.action, record.mode, record.outcome, record.node or "", _dump(record),
             ),
         )  # fmt: skip
-
-    def add_record(self, record: AuditRecord) -> None:
-        with self._tx() as db:
-            self._insert_record(db, record)
 
     def update_outcome(self, record: AuditRecord) -> None:
         with self._tx() as db:
@@ -568,12 +532,8 @@ class SqliteStore:
 
     # -- health ---------------------------------------------------------------------------------
 
-    def counts(self) -> dict[str, int]:
-        out = {}
-        for table in ("alerts", "incidents", "records"):
-            out[table] = int(self._query(f"SELECT COUNT(*) FROM {table}")[0][0])  # noqa: S608 - fixed names
-        out["open_incidents"] = int(self._query("SELECT COUNT(*) FROM incidents WHERE state='open'")[0][0])
-        return out
+    def open_incident_count(self) -> int:
+        return int(self._query("SELECT COUNT(*) FROM incidents WHERE state='open'")[0][0])
 
     def ping(self) -> None:
         self._query("SELECT 1")

@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from responder.loki import BASE_LABELS, INVALID_CLUSTER, LokiMirror, LokiSettings, entry_for
-from responder.records import AuditRecord, new_id
+from responder.model import AuditRecord, new_id
 from responder.settings import Settings
 from tests import payloads
 from tests.conftest import Responder

@@ -13,7 +13,7 @@ from responder.alerts import Notification
 from responder.clock import FakeClock
 from responder.engine import Engine
 from responder.metrics import ResponderMetrics
-from responder.records import AuditRecord
+from responder.model import AuditRecord
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import BreakerSettings, ClusterSettings, LedgerSettings, Settings
 from responder.store import SqliteStore

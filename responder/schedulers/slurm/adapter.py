@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -579,8 +579,3 @@ class SlurmScheduler:
             if time.monotonic() >= deadline:
                 return None
             self._sleep(0.05)
-
-
-def held_too_long(jobs: Sequence[SlurmJob], now: float, max_hold_s: float) -> list[SlurmJob]:
-    """Jobs trainguard held (hold mark present, job held) for longer than ``max_hold_s``."""
-    return [j for j in jobs if j.held and j.marker.held_at is not None and now - j.marker.held_at >= max_hold_s]
