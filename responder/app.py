@@ -17,9 +17,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from responder import api, console
+from responder.attribution import Enricher
 from responder.clock import Clock
 from responder.engine import Engine
-from responder.enrichment import Enricher, PrometheusEnricher
+from responder.enrichment import PrometheusEnricher
 from responder.errors import ResponderError
 from responder.loki import LokiMirror
 from responder.metrics import ResponderMetrics

@@ -20,8 +20,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
+from typing import Protocol
 
-from responder.model import FailureClass, StoredAlert
+from responder.model import FailureClass, Incident, StoredAlert
 
 HARD_INFRA = frozenset({"infra_gpu", "infra_node", "node_lost"})
 SOFT_INFRA = frozenset({"infra_network", "straggler", "hang"})
@@ -257,3 +258,18 @@ def _line(g: _Group, verdict: str) -> str:
     if g.hosts:
         where += f" on {len(g.hosts)} host(s)"
     return f"{g.name or '(unnamed)'} [{g.category or 'no category'}] ({where}): {verdict}"
+
+
+class Enricher(Protocol):
+    """Context beyond the alerts (Prometheus: laggards, checkpoints per attempt); ``responder.enrichment``."""
+
+    def context(self, incident: Incident, alerts: Sequence[StoredAlert]) -> Context: ...
+    def close(self) -> None: ...
+
+
+class NoEnrichment:
+    def context(self, incident: Incident, alerts: Sequence[StoredAlert]) -> Context:
+        return Context()
+
+    def close(self) -> None:
+        pass

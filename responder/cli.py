@@ -91,7 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
     from responder.clock import SystemClock  # noqa: PLC0415
     from responder.schedulers.router import build_schedulers  # noqa: PLC0415
     from responder.settings import load_settings  # noqa: PLC0415
-    from responder.store import SqliteStore  # noqa: PLC0415
+    from responder.store.sqlite import SqliteStore  # noqa: PLC0415
 
     try:
         settings = load_settings(args.config, host=args.host, port=args.port, db_path=args.db, log_level=args.log_level)
@@ -164,7 +164,8 @@ def _decisions(args: argparse.Namespace) -> int:
 
 def _decisions_from_store(args: argparse.Namespace) -> int:
     from responder.clock import parse_rfc3339  # noqa: PLC0415
-    from responder.store import RecordQuery, SqliteStore  # noqa: PLC0415
+    from responder.store import RecordQuery  # noqa: PLC0415
+    from responder.store.sqlite import SqliteStore  # noqa: PLC0415
 
     if not args.db.exists():
         print(f"trainguard decisions: no store at {args.db}", file=sys.stderr)

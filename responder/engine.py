@@ -26,10 +26,9 @@ from anyio import to_thread
 
 from responder import breaker, isolation
 from responder.alerts import ClassifiedAlert, Notification, classify
-from responder.attribution import Verdict, attribute
+from responder.attribution import Enricher, NoEnrichment, Verdict, attribute
 from responder.breaker import BreakerCheck
 from responder.clock import Clock
-from responder.enrichment import Enricher, NoEnrichment
 from responder.metrics import ResponderMetrics
 from responder.model import Action, AuditRecord, FailureClass, Incident, Kind, Mode, Outcome, StoredAlert, new_id
 from responder.policy import plan

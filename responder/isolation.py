@@ -10,8 +10,19 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from responder.settings import LedgerSettings
-from responder.store import AuditStore
+from pydantic import BaseModel, ConfigDict, Field
+
+from responder.store import LedgerStore
+
+
+class LedgerSettings(BaseModel):
+    """Node reputation across workloads and attempts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    drain_after_workloads: int = Field(2, ge=1, description="recommend drain after this many workloads")
+    drain_window_s: float = Field(86400.0, gt=0, description="...implicated the node within this window")
+    reputation_half_life_s: float = Field(86400.0, gt=0, description="how fast old implications fade")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +31,7 @@ class DrainCandidate:
     workloads: tuple[str, ...]
 
 
-def reputation(store: AuditStore, cluster: str, now: float, ledger: LedgerSettings) -> dict[str, float]:
+def reputation(store: LedgerStore, cluster: str, now: float, ledger: LedgerSettings) -> dict[str, float]:
     """Sum of implication weights per node, each halved every ``reputation_half_life_s``."""
     horizon = now - 10 * ledger.reputation_half_life_s
     scores: dict[str, float] = defaultdict(float)
@@ -30,7 +41,7 @@ def reputation(store: AuditStore, cluster: str, now: float, ledger: LedgerSettin
 
 
 def drain_candidates(
-    store: AuditStore, cluster: str, workload: str, implicated: tuple[str, ...], now: float, ledger: LedgerSettings
+    store: LedgerStore, cluster: str, workload: str, implicated: tuple[str, ...], now: float, ledger: LedgerSettings
 ) -> list[DrainCandidate]:
     """Implicated nodes that enough distinct workloads blamed within the window (this one included)."""
     since = now - ledger.drain_window_s

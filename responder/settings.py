@@ -16,28 +16,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+from responder.breaker import BreakerSettings
 from responder.errors import ConfigError
+from responder.isolation import LedgerSettings
 from responder.loki import LokiSettings
-from responder.model import Action, Mode
+from responder.model import Mode
+from responder.policy import PolicySettings
 from responder.schedulers.router import SchedulerSettings
 from trainguard.identity import IdentityError, validate_cluster
-
-
-class PolicySettings(BaseModel):
-    """What to do per verdict. The defaults are the documented policy; override per cluster."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    infra_with_nodes: Action = Field(Action.REQUEUE_EXCLUDING, description="infra fault, nodes blamed")
-    infra_without_nodes: Action = Field(Action.REQUEUE, description="infra fault, no node blamed")
-    unknown: Action = Field(Action.REQUEUE, description="cause unknown")
-    app: Action = Field(Action.STOP, description="the application's own error: retrying cannot help")
-    no_progress: Action = Field(Action.STOP, description="attempts that write no new checkpoint")
-    max_attempts: int = Field(5, ge=1, description="stop a workload that reached this many attempts")
-    no_progress_attempts: int = Field(
-        3, ge=1, description="stop after this many attempts in a row without a new checkpoint (needs Prometheus)"
-    )
-    max_excluded_nodes: int = Field(8, ge=0, description="most nodes excluded from one workload")
 
 
 class ClusterSettings(BaseModel):
@@ -49,30 +35,6 @@ class ClusterSettings(BaseModel):
     scheduler: SchedulerSettings | None = Field(
         None, description="scheduler adapter settings, e.g. {kind: slurm, ...}; none: act mode fails safe"
     )
-
-
-class BreakerSettings(BaseModel):
-    """Blast-radius limits, per cluster (NVSentinel-style circuit breaker)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    window_s: float = Field(600.0, gt=0, description="window over which actions are counted")
-    max_actions: int = Field(20, ge=1, description="most actions per window across workloads")
-    max_node_fraction: float = Field(0.1, gt=0, le=1, description="most share of nodes excluded/drained")
-    max_nodes_without_size: int = Field(4, ge=1, description="node cap when the cluster size is unknown")
-    correlated_workloads: int = Field(3, ge=2, description="this many workloads failing together trips it")
-    correlated_window_s: float = Field(120.0, gt=0, description="...within this many seconds")
-    cooldown_s: float = Field(600.0, ge=0, description="how long a tripped breaker stays open")
-
-
-class LedgerSettings(BaseModel):
-    """Node reputation across workloads and attempts."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    drain_after_workloads: int = Field(2, ge=1, description="recommend drain after this many workloads")
-    drain_window_s: float = Field(86400.0, gt=0, description="...implicated the node within this window")
-    reputation_half_life_s: float = Field(86400.0, gt=0, description="how fast old implications fade")
 
 
 class Settings(BaseSettings):

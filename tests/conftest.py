@@ -15,7 +15,7 @@ from responder.app import create_app
 from responder.clock import SystemClock
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import Settings
-from responder.store import SqliteStore
+from responder.store.sqlite import SqliteStore
 from tests.services import LOOPBACK, wait_until
 
 

@@ -264,7 +264,7 @@ def test_store_failure_is_a_503_so_alertmanager_resends(tmp_path: Path) -> None:
     from responder.clock import SystemClock  # noqa: PLC0415
     from responder.schedulers.recording import RecordingScheduler  # noqa: PLC0415
     from responder.settings import Settings  # noqa: PLC0415
-    from responder.store import SqliteStore  # noqa: PLC0415
+    from responder.store.sqlite import SqliteStore  # noqa: PLC0415
 
     class FullDisk(SqliteStore):
         def ingest(self, *args: object, **kwargs: object) -> Any:

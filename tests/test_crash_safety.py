@@ -15,7 +15,7 @@ from responder.engine import Engine
 from responder.metrics import ResponderMetrics
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import Settings
-from responder.store import SqliteStore
+from responder.store.sqlite import SqliteStore
 from tests.payloads import nccl_storm_with_xid
 from tests.server import ServerProcess
 from tests.services import wait_until

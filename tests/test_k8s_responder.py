@@ -24,7 +24,7 @@ from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettin
 from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler
 from responder.schedulers.router import ClusterSchedulers, build_schedulers
 from responder.settings import Settings
-from responder.store import SqliteStore
+from responder.store.sqlite import SqliteStore
 from tests.fake_k8s import FakeKube, FakeServer, require_module, serve
 from tests.payloads import alert, notification
 from tests.services import LOOPBACK, wait_until

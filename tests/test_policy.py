@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from responder.attribution import Verdict
 from responder.model import Action
-from responder.policy import plan
-from responder.settings import PolicySettings
+from responder.policy import PolicySettings, plan
 
 
 def _v(cls: str, implicated: tuple[str, ...] = (), categories: frozenset[str] = frozenset()) -> Verdict:

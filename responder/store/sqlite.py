@@ -1,4 +1,4 @@
-"""The durable store: accepted alerts, incidents, audit records, cluster modes, reviews, node ledger.
+"""The durable store on SQLite: accepted alerts, incidents, audit records, cluster modes, reviews, node ledger.
 
 SQLite in WAL mode with ``synchronous=FULL``: a notification is answered 2xx only after its alerts
 are committed to disk, so neither a crash nor a power loss loses an accepted alert. Exactly-once
@@ -7,8 +7,8 @@ decisions rest on two constraints, not on timing: alerts are unique per
 incidents are unique per ``(cluster, workload, attempt)`` and move from ``open`` to ``decided``
 once, in the same transaction that writes the decision.
 
-The ``AuditStore`` protocol is what the rest of the responder uses, so a Postgres store for
-replicated deployments can replace this one without touching the engine.
+``SqliteStore`` implements every protocol of ``responder.store``; a Postgres store for replicated
+deployments can replace it without touching the engine.
 """
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic_core import to_json
 
 from responder.alerts import ClassifiedAlert, Notification
 from responder.model import AuditRecord, Incident, StoredAlert, new_id
+from responder.store import IngestResult, RecordQuery
 
 SCHEMA_VERSION = 1
 
@@ -126,76 +127,8 @@ CREATE TABLE IF NOT EXISTS breaker_trips (
 _RECORD_FIELDS = tuple(f.name for f in fields(AuditRecord))
 
 
-@dataclass(frozen=True, slots=True)
-class IngestResult:
-    new: int
-    duplicates: int
-    evidence: int
-    rejected: int
-    ignored: int
-    resolved: int
-    opened_incidents: tuple[str, ...]
-    refusals: tuple[AuditRecord, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RecordQuery:
-    cluster: str | None = None
-    workload: str | None = None
-    action: str | None = None
-    mode: str | None = None
-    kind: str | None = None
-    outcome: str | None = None
-    since: float | None = None
-    limit: int = 100
-
-
-class AuditStore(Protocol):
-    """What the responder needs from a store. See ``SqliteStore`` for the semantics."""
-
-    def ingest(
-        self,
-        notification: Notification,
-        alerts: Sequence[ClassifiedAlert],
-        now: float,
-        window: float,
-        refusals: Mapping[tuple[str, str, str], AuditRecord],
-    ) -> IngestResult: ...
-    def due_incidents(self, now: float) -> list[Incident]: ...
-    def next_deadline(self) -> float | None: ...
-    def postpone(self, incident_id: str, until: float) -> None: ...
-    def incident(self, incident_id: str) -> Incident | None: ...
-    def incident_alerts(self, incident_id: str) -> list[StoredAlert]: ...
-    def decide(
-        self, incident: Incident, records: Sequence[AuditRecord], implicated: dict[str, float], now: float
-    ) -> bool: ...
-    def update_outcome(self, record: AuditRecord) -> None: ...
-    def pending_records(self) -> list[AuditRecord]: ...
-    def records(self, query: RecordQuery) -> list[AuditRecord]: ...
-    def record(self, record_id: str) -> AuditRecord | None: ...
-    def get_mode(self, cluster: str) -> str | None: ...
-    def set_mode(self, cluster: str, mode: str, now: float, changed_by: str) -> None: ...
-    def modes(self) -> dict[str, str]: ...
-    def add_review(self, record_id: str, verdict: str, note: str, now: float) -> None: ...
-    def reviews(self, record_id: str) -> list[dict[str, Any]]: ...
-    def precision_by_pattern(self) -> dict[str, dict[str, float]]: ...
-    def workload_nodes(self, cluster: str, workload: str) -> set[str]: ...
-    def node_workloads_since(self, cluster: str, node: str, since: float) -> set[str]: ...
-    def implications_since(self, cluster: str, since: float) -> list[tuple[str, float, float]]: ...
-    def drain_recorded_since(self, cluster: str, node: str, since: float) -> bool: ...
-    def actions_since(self, cluster: str, mode: str, since: float) -> int: ...
-    def isolated_nodes_since(self, cluster: str, mode: str, since: float) -> set[str]: ...
-    def workloads_failing_since(self, cluster: str, since: float) -> set[str]: ...
-    def last_trip(self, cluster: str) -> tuple[float, str] | None: ...
-    def record_trip(self, cluster: str, now: float, reason: str) -> None: ...
-    def tripped_clusters(self) -> list[str]: ...
-    def open_incident_count(self) -> int: ...
-    def ping(self) -> None: ...
-    def close(self) -> None: ...
-
-
 class SqliteStore:
-    """``AuditStore`` on one SQLite file. Thread-safe: one connection behind a lock."""
+    """Every store of ``responder.store`` on one SQLite file. Thread-safe: one connection behind a lock."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
