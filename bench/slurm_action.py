@@ -39,7 +39,8 @@ from prometheus_client import CollectorRegistry  # noqa: E402
 
 from responder.model import Action  # noqa: E402
 from responder.schedulers.base import ActionRequest, WorkloadState  # noqa: E402
-from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings  # noqa: E402
+from responder.schedulers.slurm.adapter import SlurmScheduler  # noqa: E402
+from responder.schedulers.slurm.settings import SlurmSettings  # noqa: E402
 from tests.services import free_port  # noqa: E402
 
 LAB = ROOT / "slurm" / "lab.sh"

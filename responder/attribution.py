@@ -157,6 +157,21 @@ def attribute(alerts: Sequence[StoredAlert], context: Context | None = None) -> 
     if not context.available:
         explanation.append(context.note)
 
+    failure_class, implicated, summary = _conclude(scores, hard_hosts, soft_hosts, bool(app_ranks or app_groups),
+                                                   len(app_ranks), categories)  # fmt: skip
+    patterns = tuple(sorted({g.name for g in groups}))
+    return Verdict(failure_class, dict(scores), implicated, tuple(explanation), patterns, categories, summary)
+
+
+def _conclude(
+    scores: dict[str, float],
+    hard_hosts: set[str],
+    soft_hosts: set[str],
+    has_app: bool,
+    app_rank_count: int,
+    categories: frozenset[str],
+) -> tuple[FailureClass, tuple[str, ...], str]:
+    """Precedence: hard infrastructure > application error > soft infrastructure > unknown."""
     implicated = tuple(sorted(h for h, s in scores.items() if s >= IMPLICATE_AT))
     hard_implicated = tuple(h for h in implicated if h in hard_hosts)
     failure_class: FailureClass
@@ -164,9 +179,9 @@ def attribute(alerts: Sequence[StoredAlert], context: Context | None = None) -> 
         failure_class = FailureClass.INFRA
         implicated = tuple(sorted(set(hard_implicated) | {h for h in implicated if h in soft_hosts}))
         summary = f"infrastructure fault on {', '.join(implicated)}"
-    elif app_ranks or app_groups:
+    elif has_app:
         failure_class, implicated = FailureClass.APP, ()
-        summary = f"application error on {len(app_ranks) or 'some'} rank(s); no node to blame"
+        summary = f"application error on {app_rank_count or 'some'} rank(s); no node to blame"
     elif implicated:
         failure_class = FailureClass.INFRA
         summary = f"infrastructure fault on {', '.join(implicated)}"
@@ -176,8 +191,7 @@ def attribute(alerts: Sequence[StoredAlert], context: Context | None = None) -> 
     else:
         failure_class = FailureClass.UNKNOWN
         summary = "cause unknown: only symptoms, no node or application error identified"
-    patterns = tuple(sorted({g.name for g in groups}))
-    return Verdict(failure_class, dict(scores), implicated, tuple(explanation), patterns, categories, summary)
+    return failure_class, implicated, summary
 
 
 def _group(alerts: Iterable[StoredAlert]) -> list[_Group]:

@@ -7,7 +7,8 @@ import pytest
 from responder.errors import ConfigError
 from responder.schedulers.recording import RecordingSettings
 from responder.schedulers.router import build_schedulers
-from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
+from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.settings import SlurmSettings
 from responder.settings import load_settings
 
 

@@ -16,9 +16,10 @@ from prometheus_client import CollectorRegistry
 
 from responder.model import Action
 from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError, WorkloadState
-from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
+from responder.schedulers.slurm.adapter import SlurmScheduler
 from responder.schedulers.slurm.collector import SlurmCollector
 from responder.schedulers.slurm.commands import CommandResult, SlurmCommandMetrics, Transport
+from responder.schedulers.slurm.settings import SlurmSettings
 from responder.schedulers.slurm.watchdog import release_stale_holds
 
 DATA = Path(__file__).parent / "data" / "slurm"

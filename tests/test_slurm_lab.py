@@ -32,9 +32,10 @@ from prometheus_client import CollectorRegistry
 from responder.model import Action
 from responder.schedulers.base import ActionRequest, WorkloadState
 from responder.schedulers.slurm import watchdog
-from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
+from responder.schedulers.slurm.adapter import SlurmScheduler
 from responder.schedulers.slurm.collector import SlurmCollector
 from responder.schedulers.slurm.commands import CommandResult
+from responder.schedulers.slurm.settings import SlurmSettings
 from tests.services import free_port, require_binary, require_root, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
@@ -248,7 +249,8 @@ KILLED_RESPONDER = """
 import os, signal, sys
 from responder.model import Action
 from responder.schedulers.base import ActionRequest
-from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
+from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.settings import SlurmSettings
 from responder.schedulers.slurm.commands import SubprocessRunner
 
 inner = SubprocessRunner()

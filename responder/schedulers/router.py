@@ -17,9 +17,10 @@ from responder.schedulers.kubernetes.api import KubeRequestMetrics
 from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings
 from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings
 from responder.schedulers.recording import RecordingScheduler, RecordingSettings
-from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
+from responder.schedulers.slurm.adapter import SlurmScheduler
 from responder.schedulers.slurm.collector import SlurmCollector
 from responder.schedulers.slurm.commands import SlurmCommandMetrics
+from responder.schedulers.slurm.settings import SlurmSettings
 
 # ``clusters.<name>.scheduler``: one adapter's settings, chosen by ``kind``. A bad value is reported with
 # its whole key path (``clusters.lab.scheduler.slurm.transport``).

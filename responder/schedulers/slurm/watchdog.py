@@ -33,7 +33,8 @@ from pydantic import ValidationError
 
 from responder.model import Action, AuditRecord, FailureClass, Kind, Mode, Outcome, new_id
 from responder.schedulers.base import SchedulerError
-from responder.schedulers.slurm.adapter import SlurmScheduler, SlurmSettings
+from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.settings import SlurmSettings
 
 log = logging.getLogger(__name__)
 
