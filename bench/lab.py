@@ -26,11 +26,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from trainguard.lab.faults import FAULTS, QUICK, TrialResult, run_trial, run_two_jobs, summarise
+from trainguard.lab.slurm import Lab, LabError, missing_requirements
 
-from scripts.lab.faults import FAULTS, QUICK, TrialResult, run_trial, run_two_jobs, summarise  # noqa: E402
-from scripts.lab.stackup import Lab, LabError, missing_requirements  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TARGETS = {"detection": 2.0, "decision": 1.5, "action": 1.0, "productive": 30.0, "precision": 0.95, "recall": 0.95}
 

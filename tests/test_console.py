@@ -24,8 +24,8 @@ from responder.clock import SystemClock
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import ClusterSettings, Settings
 from responder.store.sqlite import SqliteStore
-from tests import payloads
 from tests.services import LOOPBACK, wait_until
+from trainguard.lab import payloads
 
 OPERATOR_TOKEN = "op-s3cret"
 

@@ -7,14 +7,14 @@ resume from its checkpoint on the other nodes. The same path `make demo` shows, 
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from scripts.lab.faults import FAULTS, run_trial
-from scripts.lab.stackup import Lab, missing_requirements
+from tests.services import unavailable
+from trainguard.lab.faults import FAULTS, run_trial
+from trainguard.lab.slurm import Lab, missing_requirements
 
 pytestmark = pytest.mark.e2e
 
@@ -22,10 +22,7 @@ pytestmark = pytest.mark.e2e
 def test_gpu_fault_is_detected_isolated_and_training_resumes_elsewhere() -> None:
     missing = missing_requirements()
     if missing:
-        message = "the lab needs: " + "; ".join(missing)
-        if os.environ.get("TRAINGUARD_REQUIRE_SERVICES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("the lab needs: " + "; ".join(missing))
     root = Path(tempfile.mkdtemp(prefix="trainguard-e2e-"))
     lab = Lab(root, port_base=19600, say=lambda message: None)
     with lab.running():

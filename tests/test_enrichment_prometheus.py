@@ -14,7 +14,7 @@ from responder.attribution import attribute
 from responder.enrichment import PrometheusEnricher
 from responder.model import Incident, StoredAlert
 from tests.services import free_port, require_binary
-from tests.stack import Service, poll, query, start_prometheus
+from trainguard.lab.stack import Service, poll, query, start_prometheus
 
 pytestmark = pytest.mark.prometheus
 IDENTITY = ["cluster", "workload", "scheduler", "attempt", "rank", "host"]

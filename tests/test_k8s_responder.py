@@ -26,8 +26,8 @@ from responder.schedulers.router import ClusterSchedulers, build_schedulers
 from responder.settings import Settings
 from responder.store.sqlite import SqliteStore
 from tests.fake_k8s import FakeKube, FakeServer, require_module, serve
-from tests.payloads import alert, notification
 from tests.services import LOOPBACK, wait_until
+from trainguard.lab.payloads import alert, notification
 
 require_module("kubernetes", "'trainguard[k8s]' (the kubernetes client)")
 

@@ -1,6 +1,6 @@
 """The real detection path: exporter series -> Prometheus (fast profile rules) -> Alertmanager -> webhook.
 
-The receiver is the recording Starlette receiver of tests/stack.py (``trainguard serve`` was not
+The receiver is the recording Starlette receiver of trainguard/lab/stack.py (``trainguard serve`` was not
 available when this was written); it checks the bearer token Alertmanager reads from its file.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.services import require_binary, wait_until
-from tests.stack import LabExporter, Received, Stack, pipeline
+from trainguard.lab.stack import LabExporter, Received, Stack, pipeline
 
 pytestmark = pytest.mark.prometheus
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.services import require_binary, wait_until
-from tests.stack import LabExporter, Stack, decisions, pipeline, responder_available
+from trainguard.lab.stack import LabExporter, Stack, decisions, pipeline, responder_available
 
 pytestmark = pytest.mark.prometheus
 

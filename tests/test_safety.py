@@ -19,7 +19,7 @@ from responder.model import AuditRecord
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import ClusterSettings, Settings
 from responder.store.sqlite import SqliteStore
-from tests.payloads import alert, notification
+from trainguard.lab.payloads import alert, notification
 
 
 class Harness:

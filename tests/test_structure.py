@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from scripts import check_structure
+import importlib.util
+from pathlib import Path
+
+_SPEC = importlib.util.spec_from_file_location(
+    "check_structure", Path(__file__).resolve().parent.parent / "scripts" / "check_structure.py"
+)
+assert _SPEC is not None
+assert _SPEC.loader is not None
+check_structure = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(check_structure)
 
 
 def test_responder_keeps_its_sizes_and_a_one_way_acyclic_import_graph() -> None:

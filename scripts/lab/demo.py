@@ -20,12 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from trainguard.lab.faults import FAULTS, run_trial
+from trainguard.lab.report import timeline_png, trial_markdown
+from trainguard.lab.slurm import Lab, LabError, missing_requirements
 
-from scripts.lab.faults import FAULTS, run_trial  # noqa: E402
-from scripts.lab.report import timeline_png, trial_markdown  # noqa: E402
-from scripts.lab.stackup import Lab, LabError, missing_requirements  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def main() -> int:

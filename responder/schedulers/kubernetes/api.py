@@ -17,13 +17,14 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from responder.clock import format_rfc3339
 from responder.schedulers.base import ActionRequest, SchedulerError, identity_refusal
 from trainguard.identity import validate_cluster
 
@@ -77,7 +78,8 @@ def valid_label_value(value: str) -> bool:
 
 
 def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The form of trainguard's timestamps on Kubernetes objects: RFC 3339 in whole seconds."""
+    return format_rfc3339(moment, "seconds")
 
 
 class KubeSettings(BaseModel):
@@ -86,7 +88,7 @@ class KubeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cluster: str | None = Field(
-        None, description="Cluster name (CONTRACT §1); requests for another cluster are refused. None: any."
+        None, description="Cluster name (docs/interfaces.md §1); requests for another cluster are refused. None: any."
     )
     in_cluster: bool = Field(
         False, description="Use the pod's service account (the Helm chart sets this); else a kubeconfig."
