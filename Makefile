@@ -1,4 +1,4 @@
-# trainguard — developer and CI entry points (CONTRACT §6). Run from the repository root.
+# trainguard — developer and CI entry points (docs/interfaces.md §6). Run from the repository root.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin

@@ -46,6 +46,7 @@ from trainguard.identity import IdentityError, validate_cluster
 RECENT = 500  # records read for the overview's workloads and incidents
 MAX_FORM_BYTES = 4096
 _VOID = frozenset({"input", "br", "meta", "link", "img"})
+_STANDING_BADGE = {"drain recorded": "bad", "drain due": "bad", "watch": "warn", "faded": "ok"}
 PAGES = (("/console", "Overview"), ("/console/decisions", "Decisions"), ("/console/nodes", "Node ledger"))
 
 
@@ -326,17 +327,10 @@ def _ledger_section(svc: Services, cluster: str, now: float) -> Html | None:
     for node, at, _ in svc.store.implications_since(cluster, now - 10 * ledger.reputation_half_life_s):
         last_seen[node] = max(last_seen.get(node, 0.0), at)
     rows = []
-    since = now - ledger.drain_window_s
     for node, score in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0])):
-        workloads = sorted(svc.store.node_workloads_since(cluster, node, since))
-        if svc.store.drain_recorded_since(cluster, node, since):
-            state = badge("drain recorded", "bad")
-        elif len(workloads) >= ledger.drain_after_workloads:
-            state = badge("drain due", "bad")
-        elif workloads:
-            state = badge("watch", "warn")
-        else:
-            state = badge("faded", "ok")
+        ranked = isolation.standing(svc.store, cluster, node, now, ledger)
+        workloads = ranked.workloads
+        state = badge(ranked.state, _STANDING_BADGE[ranked.state])
         rows.append(tag("tr", join([
             tag("td", tag("strong", node)), tag("td", f"{score:.2f}", class_="num"),
             tag("td", str(len(workloads)), class_="num"), tag("td", ", ".join(workloads)),

@@ -228,13 +228,7 @@ class Engine:
             node=record.node,
         )
         try:
-            if record.action != Action.DRAIN_NODE:
-                seen = self.scheduler.observe(record.cluster, record.workload)
-                if seen.opted_in is False:
-                    record.outcome = Outcome.SKIPPED
-                    record.detail = "the workload has not opted in to trainguard actions; observed only"
-                    self._finish(record)
-                    return record
+            # The adapter takes its own fresh look (opt-in included) and acts on it: nothing is asked twice.
             result = self.scheduler.act(request)
         except SchedulerError as exc:
             record.outcome, record.detail = Outcome.FAILED, f"scheduler: {exc}"

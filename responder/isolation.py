@@ -40,14 +40,42 @@ def reputation(store: LedgerStore, cluster: str, now: float, ledger: LedgerSetti
     return dict(scores)
 
 
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Where a node stands in the ledger within the drain window."""
+
+    workloads: tuple[str, ...]  # the distinct workloads that implicated it
+    drain_recorded: bool  # a drain_node record was written for it
+    drain_due: bool  # enough workloads blamed it and no drain was recorded yet
+
+    @property
+    def state(self) -> str:
+        """``drain recorded``, ``drain due``, ``watch`` (blamed, not enough yet) or ``faded``."""
+        if self.drain_recorded:
+            return "drain recorded"
+        if self.drain_due:
+            return "drain due"
+        return "watch" if self.workloads else "faded"
+
+
+def standing(
+    store: LedgerStore, cluster: str, node: str, now: float, ledger: LedgerSettings, workload: str | None = None
+) -> Standing:
+    """The node's standing; ``workload``: count this workload's implication too (one being decided)."""
+    since = now - ledger.drain_window_s
+    workloads = store.node_workloads_since(cluster, node, since) | ({workload} if workload else set())
+    drained = store.drain_recorded_since(cluster, node, since)
+    due = len(workloads) >= ledger.drain_after_workloads and not drained
+    return Standing(tuple(sorted(workloads)), drained, due)
+
+
 def drain_candidates(
     store: LedgerStore, cluster: str, workload: str, implicated: tuple[str, ...], now: float, ledger: LedgerSettings
 ) -> list[DrainCandidate]:
     """Implicated nodes that enough distinct workloads blamed within the window (this one included)."""
-    since = now - ledger.drain_window_s
     out = []
     for node in implicated:
-        workloads = store.node_workloads_since(cluster, node, since) | {workload}
-        if len(workloads) >= ledger.drain_after_workloads and not store.drain_recorded_since(cluster, node, since):
-            out.append(DrainCandidate(node, tuple(sorted(workloads))))
+        ranked = standing(store, cluster, node, now, ledger, workload)
+        if ranked.drain_due:
+            out.append(DrainCandidate(node, ranked.workloads))
     return out

@@ -12,10 +12,12 @@ crash without requeueing twice.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
 from responder.model import Action
 from trainguard.identity import IdentityError, validate_cluster, validate_host, validate_workload
@@ -116,3 +118,36 @@ class Scheduler(Protocol):
     def observe(self, cluster: str, workload: str) -> WorkloadObservation:
         """A fresh look at one workload; ``WorkloadState.UNKNOWN`` when the scheduler cannot tell."""
         ...
+
+
+_T = TypeVar("_T")
+
+
+def poll(
+    read: Callable[[], _T],
+    ok: Callable[[_T], bool],
+    timeout_s: float,
+    interval_s: float,
+    sleep: Callable[[float], None],
+) -> tuple[bool, _T]:
+    """Fresh reads until ``ok`` or the deadline: (confirmed, the last read). How every adapter verifies."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = read()
+        if ok(value):
+            return True, value
+        if time.monotonic() >= deadline:
+            return False, value
+        sleep(interval_s)
+
+
+def first_fresh(
+    read: Callable[[], _T | None],
+    ok: Callable[[_T], bool],
+    timeout_s: float,
+    interval_s: float,
+    sleep: Callable[[float], None],
+) -> _T | None:
+    """``poll`` for an object that may be absent: the first read that exists and is ``ok``, else None."""
+    confirmed, value = poll(read, lambda v: v is not None and ok(v), timeout_s, interval_s, sleep)
+    return value if confirmed else None

@@ -1,7 +1,8 @@
 """A scheduler that records what it is asked and touches nothing.
 
-Monitor mode routes every planned action here, so a dry run truly writes nothing to a scheduler;
-tests use it to assert exactly which actions the core asked for.
+Tests use it to assert exactly which actions the engine asked for, and ``{kind: recording}`` gives a
+demo cluster whose actions are recorded as done. (Monitor mode needs no such stand-in: the engine
+calls no scheduler at all there.)
 """
 
 from __future__ import annotations

@@ -317,6 +317,22 @@ class LabRank:
         return [self.cluster, self.workload, self.scheduler, self.attempt, self.rank, self.host]
 
 
+def xid_alert_labels(ident: dict[str, str], host: str) -> dict[str, str]:
+    """The labels of ``TrainguardGpuXid`` for the lab exporter's XID 79 on GPU 0 of ``host``."""
+    return {
+        "alertname": "TrainguardGpuXid",
+        **ident,
+        "host": host,
+        "Hostname": host,
+        "gpu": "0",
+        "UUID": f"GPU-{host}-0",
+        "xid": "79",
+        "pattern": "xid_79",
+        "category": "infra_gpu",
+        "severity": "critical",
+    }
+
+
 class LabExporter(Collector):
     """A stand-in for the node exporter: serves trainguard_* series from state a test flips.
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from responder.schedulers.base import ActionRequest, ActionResult, SchedulerError
+from responder.schedulers.base import ActionRequest, ActionResult, SchedulerError, first_fresh
 from responder.schedulers.kubernetes.api import (
     ANNOTATION_CORDONED,
     ANNOTATION_INCIDENT,
@@ -172,14 +172,8 @@ class NodeIsolation:
         raise SchedulerError(f"node {name}: kept changing under three patches")  # pragma: no cover
 
     def verify_node(self, name: str, ok: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
-        deadline = time.monotonic() + self.settings.verify_timeout_s
-        while True:
-            node = self.api.read_node(name)
-            if node is not None and ok(node):
-                return node
-            if time.monotonic() >= deadline:
-                return None
-            self._sleep(self.settings.poll_interval_s)
+        s = self.settings
+        return first_fresh(lambda: self.api.read_node(name), ok, s.verify_timeout_s, s.poll_interval_s, self._sleep)
 
     def drain(self, request: ActionRequest) -> ActionResult:
         """``drain_node``: isolate one node (cordon + taint); running pods are not evicted."""

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 
 from pydantic import Field
 
-from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState
+from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState, poll
 from responder.schedulers.kubernetes.api import (
     condition_true,
     labels_and_annotations,
@@ -39,7 +39,7 @@ from responder.schedulers.kubernetes.api import (
     rfc3339,
     split_workload,
 )
-from responder.schedulers.kubernetes.workload import KubeWorkloadScheduler, WorkloadSettings, poll
+from responder.schedulers.kubernetes.workload import KubeWorkloadScheduler, WorkloadSettings
 
 log = logging.getLogger(__name__)
 

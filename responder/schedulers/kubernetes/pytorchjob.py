@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 
 from pydantic import Field
 
-from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState
+from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState, poll
 from responder.schedulers.kubernetes.api import (
     ANNOTATION_LAST_INCIDENT,
     condition_true,
@@ -35,7 +35,7 @@ from responder.schedulers.kubernetes.api import (
     rfc3339,
     split_workload,
 )
-from responder.schedulers.kubernetes.workload import KubeWorkloadScheduler, WorkloadSettings, poll
+from responder.schedulers.kubernetes.workload import KubeWorkloadScheduler, WorkloadSettings
 
 log = logging.getLogger(__name__)
 

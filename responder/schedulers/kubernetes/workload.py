@@ -16,7 +16,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from responder.model import Action
-from responder.schedulers.base import ActionRequest, ActionResult, SchedulerError, WorkloadObservation, WorkloadState
+from responder.schedulers.base import (
+    ActionRequest,
+    ActionResult,
+    SchedulerError,
+    WorkloadObservation,
+    WorkloadState,
+    poll,
+)
 from responder.schedulers.kubernetes.api import (
     ANNOTATION_EXCLUDED,
     ANNOTATION_HELD_AT,
@@ -39,24 +46,6 @@ from responder.schedulers.kubernetes.isolation import NodeIsolation
 from trainguard.identity import IdentityError, validate_cluster, validate_workload
 
 log = logging.getLogger(__name__)
-
-
-def poll(
-    read: Callable[[], dict[str, Any] | None],
-    ok: Callable[[dict[str, Any] | None], bool],
-    timeout_s: float,
-    interval_s: float,
-    sleep: Callable[[float], None],
-) -> tuple[bool, dict[str, Any] | None]:
-    """Fresh reads until ``ok``; (confirmed, last object read)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        obj = read()
-        if ok(obj):
-            return True, obj
-        if time.monotonic() >= deadline:
-            return False, obj
-        sleep(interval_s)
 
 
 _REQUEUE = (Action.REQUEUE, Action.REQUEUE_EXCLUDING)

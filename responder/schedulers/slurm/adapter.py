@@ -37,6 +37,7 @@ from responder.schedulers.base import (
     SchedulerError,
     WorkloadObservation,
     WorkloadState,
+    first_fresh,
     identity_refusal,
 )
 from responder.schedulers.slurm.commands import Runner, SlurmCommandMetrics, SlurmCommands, SubprocessRunner
@@ -378,14 +379,7 @@ class SlurmScheduler:
 
     def _verify_job(self, job_id: str, ok: Callable[[SlurmJob], bool]) -> SlurmJob | None:
         """Poll a fresh ``squeue --json`` until ``ok``; the job, or None if it never showed."""
-        deadline = time.monotonic() + self.settings.verify_timeout_s
-        while True:
-            job = self.job(job_id)
-            if job is not None and ok(job):
-                return job
-            if time.monotonic() >= deadline:
-                return None
-            self._sleep(0.05)
+        return first_fresh(lambda: self.job(job_id), ok, self.settings.verify_timeout_s, 0.05, self._sleep)
 
     # -- nodes
 
@@ -441,11 +435,5 @@ class SlurmScheduler:
         )
 
     def _verify_node(self, name: str, ok: Callable[[SlurmNode], bool]) -> SlurmNode | None:
-        deadline = time.monotonic() + self.settings.verify_timeout_s
-        while True:
-            node = self.list_nodes().get(name)
-            if node is not None and ok(node):
-                return node
-            if time.monotonic() >= deadline:
-                return None
-            self._sleep(0.05)
+        read = lambda: self.list_nodes().get(name)  # noqa: E731 - one fresh sinfo per look
+        return first_fresh(read, ok, self.settings.verify_timeout_s, 0.05, self._sleep)

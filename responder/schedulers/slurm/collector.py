@@ -6,7 +6,7 @@ that failed, was requeued or lost a node even when no rank could say so. When Sl
 only ``trainguard_slurm_up 0`` is exported (unknown), never an empty "no jobs" answer.
 
 Watched workloads: the ids returned by ``workloads()``, or, when it is None, every job that opted in.
-Labels are the identity labels of CONTRACT §1 plus bounded Slurm enums (state, reason). The catalogue
+Labels are the identity labels of docs/interfaces.md §1 plus bounded Slurm enums (state, reason). The catalogue
 is in ``docs/slurm.md``.
 """
 

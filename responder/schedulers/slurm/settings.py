@@ -22,7 +22,7 @@ class SlurmSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cluster: str | None = Field(
-        None, description="Cluster name (CONTRACT §1); requests for another cluster are refused. None: any."
+        None, description="Cluster name (docs/interfaces.md §1); requests for another cluster are refused. None: any."
     )
     transport: Literal["local", "ssh"] = Field(
         "local", description="local: run squeue/scontrol here; ssh: on ssh_host through the forced command."
