@@ -23,6 +23,7 @@ from responder.alerts import Notification
 from responder.auth import operator_identity, read_capped, require_bearer
 from responder.clock import parse_rfc3339, rfc3339
 from responder.errors import BadRequest, NotFound, ResponderError, StoreUnavailable
+from responder.model import Kind, Mode, Outcome
 from responder.services import Services, services
 from responder.store import RecordQuery
 from trainguard.identity import IdentityError, validate_cluster
@@ -35,7 +36,7 @@ _Body = TypeVar("_Body", bound=BaseModel)
 
 class ModeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    mode: str = Field(pattern="^(monitor|act)$")
+    mode: Mode
 
 
 class ReviewBody(BaseModel):
@@ -150,7 +151,7 @@ async def precision(request: Request) -> Response:
 
 
 async def recommendations(request: Request) -> Response:
-    query = record_query(request, mode="monitor", kind="decision", outcome="planned")
+    query = record_query(request, mode=Mode.MONITOR, kind=Kind.DECISION, outcome=Outcome.PLANNED)
     records = [r for r in await run_in_threadpool(services(request).store.records, query) if r.action != "none"]
     return JSONResponse({"recommendations": [r.to_json() for r in records], "count": len(records)})
 

@@ -24,6 +24,7 @@ from responder.enrichment import PrometheusEnricher
 from responder.errors import ResponderError
 from responder.loki import LokiMirror
 from responder.metrics import ResponderMetrics
+from responder.model import Mode
 from responder.schedulers.base import Scheduler
 from responder.services import Services
 from responder.settings import Settings
@@ -52,7 +53,7 @@ def create_app(
         svc.mirror = LokiMirror(settings.loki, spool, registry)
         engine.sinks.append(svc.mirror.submit)
     for cluster, mode in store.modes().items():
-        metrics.mode.labels(cluster).set(1 if mode == "act" else 0)
+        metrics.mode.labels(cluster).set(1 if mode == Mode.ACT else 0)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from responder.errors import ConfigError
+from responder.model import Mode
 from responder.schedulers.slurm import watchdog
 
 DEFAULT_URL = "http://127.0.0.1:9480"
@@ -58,7 +59,7 @@ def register(sub: Any) -> None:
     decisions.add_argument("--cluster")
     decisions.add_argument("--workload")
     decisions.add_argument("--action", help="requeue, requeue_excluding, stop, drain_node, none, ...")
-    decisions.add_argument("--mode", choices=["monitor", "act"])
+    decisions.add_argument("--mode", choices=[m.value for m in Mode])
     decisions.add_argument("--since", help="RFC 3339 time, e.g. 2026-11-29T00:00:00Z")
     decisions.add_argument("--limit", type=int, default=20, help="default 20")
     decisions.add_argument("--id", help="show one record in full, with its evidence")
@@ -75,7 +76,7 @@ def register(sub: Any) -> None:
         ),
     )
     mode.add_argument("cluster", help="cluster name, as in the alerts' cluster label")
-    mode.add_argument("mode", nargs="?", choices=["monitor", "act"], help="new mode; omit to show the current one")
+    mode.add_argument("mode", nargs="?", choices=[m.value for m in Mode], help="new mode; omit to show the current one")
     mode.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
     mode.set_defaults(handler=_mode)
 

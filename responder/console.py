@@ -38,7 +38,7 @@ from responder import breaker, isolation
 from responder.auth import operator_identity, read_capped
 from responder.clock import rfc3339
 from responder.errors import PayloadTooLarge, ResponderError
-from responder.model import AuditRecord
+from responder.model import AuditRecord, Kind, Mode, Outcome
 from responder.services import Services, services
 from responder.store import RecordQuery
 from trainguard.identity import IdentityError, validate_cluster
@@ -114,11 +114,12 @@ def badge(text: str, kind: str) -> Html:
 
 
 def mode_badge(mode: str) -> Html:
-    return badge(mode, f"mode-{mode}" if mode in {"monitor", "act"} else "warn")
+    return badge(mode, f"mode-{mode}" if mode in set(Mode) else "warn")
 
 
 def outcome_badge(outcome: str) -> Html:
-    kinds = {"done": "ok", "planned": "mode-monitor", "pending": "warn", "skipped": "warn", "failed": "bad"}
+    kinds: dict[str, str] = {Outcome.DONE: "ok", Outcome.PLANNED: "mode-monitor", Outcome.PENDING: "warn",
+                             Outcome.SKIPPED: "warn", Outcome.FAILED: "bad"}  # fmt: skip
     return badge(outcome, kinds.get(outcome, "warn"))
 
 
@@ -192,7 +193,7 @@ def _clusters(svc: Services, records: list[AuditRecord]) -> list[ClusterView]:
     now = svc.clock.now()
     seen: dict[str, int] = {}
     for r in records:
-        if r.kind == "decision":
+        if r.kind == Kind.DECISION:
             seen[r.cluster] = seen.get(r.cluster, 0) + 1
     names = set(svc.settings.clusters) | set(svc.store.modes()) | set(seen)
     views = []
@@ -204,7 +205,7 @@ def _clusters(svc: Services, records: list[AuditRecord]) -> list[ClusterView]:
 
 
 def _mode_form(svc: Services, cluster: str, mode: str) -> Html:
-    target = "monitor" if mode == "act" else "act"
+    target = Mode.MONITOR if mode == Mode.ACT else Mode.ACT
     token = (
         tag("input", type="password", name="token", placeholder="operator token", required="required",
             autocomplete="off", aria_label=f"operator token for {cluster}")
@@ -241,7 +242,7 @@ def _workload_and_incident_rows(records: list[AuditRecord]) -> tuple[list[Html],
     workloads: dict[tuple[str, str], list[AuditRecord]] = {}
     incidents: dict[str, list[AuditRecord]] = {}
     for r in records:
-        if r.kind != "decision":
+        if r.kind != Kind.DECISION:
             continue
         workloads.setdefault((r.cluster, r.workload), []).append(r)
         if r.incident_id:
@@ -288,7 +289,7 @@ async def decisions(request: Request) -> Response:
     params = request.query_params
     limit_text = params.get("limit", "100")
     limit = int(limit_text) if limit_text.isdigit() and 1 <= int(limit_text) <= 1000 else 100
-    kind = params.get("kind") if params.get("kind") in {"decision", "refusal"} else None
+    kind = params.get("kind") if params.get("kind") in set(Kind) else None
     query = RecordQuery(
         cluster=params.get("cluster") or None, workload=params.get("workload") or None, kind=kind, limit=limit
     )
@@ -378,7 +379,7 @@ async def set_mode(request: Request) -> Response:
         return _error(request, 403, "Refused", "The form is stale or was not made by this console: "
                       "reload the page and try again.")  # fmt: skip
     mode = form.get("mode", "")
-    if mode not in {"monitor", "act"}:
+    if mode not in set(Mode):
         return _error(request, 400, "Bad mode", "The mode is monitor or act.")
     try:
         who = operator_identity(request, svc.operator_token, presented=form.get("token", ""))
@@ -444,7 +445,7 @@ def _decision_body(r: AuditRecord, reviews: list[dict[str, Any]]) -> Html:
     safety = r.safety or {}
     return render(
         "decision.html",
-        kind_title="Refusal" if r.kind == "refusal" else "Decision", id=r.id, action=r.action,
+        kind_title="Refusal" if r.kind == Kind.REFUSAL else "Decision", id=r.id, action=r.action,
         node=f"of {r.node}" if r.node else "", mode_badge=mode_badge(r.mode), outcome_badge=outcome_badge(r.outcome),
         reason=r.reason, cluster=r.cluster, workload=r.workload, scheduler=r.scheduler or "unknown scheduler",
         attempt=r.attempt or "?", incident_id=r.incident_id or "none", failure_class=r.failure_class,

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from responder.schedulers.base import poll as verify_poll
+
 T = TypeVar("T")
 
 # The Debian package that brings each binary the harness runs.
@@ -62,15 +64,14 @@ def poll(
     interval: float = 0.05,
     error: type[Exception] = TimeoutError,
 ) -> T:
-    """Call ``predicate`` until it returns something truthy; ``error`` naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise error(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    """Call ``predicate`` until it returns something truthy; ``error`` naming ``what`` on timeout.
+
+    The same loop as the adapters' verification (``responder.schedulers.base.poll``), raising instead.
+    """
+    confirmed, value = verify_poll(predicate, bool, timeout, interval, time.sleep)
+    if not confirmed or value is None:
+        raise error(f"timed out after {timeout}s waiting for {what}")
+    return value
 
 
 def find_binary(name: str) -> str | None:
