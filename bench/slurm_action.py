@@ -38,7 +38,7 @@ from responder.model import Action
 from responder.schedulers.base import ActionRequest, WorkloadState
 from responder.schedulers.slurm.adapter import SlurmScheduler
 from responder.schedulers.slurm.settings import SlurmSettings
-from trainguard.lab.common import HEARTBEAT_JOB, free_port, free_port_block
+from trainguard.lab.common import HEARTBEAT_JOB, free_port, free_port_block, heartbeats
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,20 +66,6 @@ def poll(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) 
             raise TimeoutError("condition not reached")
         time.sleep(interval)
     return time.monotonic()
-
-
-def heartbeats(hb: Path, job: str, attempt: int, since: float) -> set[str]:
-    found = set()
-    for f in (hb / job).glob("n*"):
-        if f.suffix:
-            continue
-        try:
-            count, ts = f.read_text(encoding="utf-8").split()
-        except (OSError, ValueError):
-            continue
-        if int(count) == attempt and float(ts) > since:
-            found.add(f.name)
-    return found
 
 
 def main() -> int:

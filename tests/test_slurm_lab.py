@@ -35,7 +35,7 @@ from responder.schedulers.slurm.collector import SlurmCollector
 from responder.schedulers.slurm.commands import CommandResult
 from responder.schedulers.slurm.settings import SlurmSettings
 from tests.services import free_port, require_binary, require_root, wait_until
-from trainguard.lab.common import HEARTBEAT_JOB, free_port_block
+from trainguard.lab.common import HEARTBEAT_JOB, free_port_block, heartbeats
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
 
@@ -72,17 +72,7 @@ class Lab:
 
     def heartbeats(self, job: str, attempt: int, since: float) -> set[str]:
         """Nodes whose task of ``attempt`` wrote a heartbeat after ``since``."""
-        found = set()
-        for f in (self.dir / "hb" / job).glob("n*"):
-            if f.suffix:
-                continue
-            try:
-                count, ts = f.read_text(encoding="utf-8").split()
-            except (OSError, ValueError):
-                continue
-            if int(count) == attempt and float(ts) > since:
-                found.add(f.name)
-        return found
+        return heartbeats(self.dir / "hb", job, attempt, since)
 
     def cancel(self, job: str) -> None:
         self.sh("scancel", job, check=False)

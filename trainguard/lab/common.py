@@ -7,6 +7,7 @@ import shutil
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from responder.schedulers.base import poll as verify_poll
@@ -55,6 +56,21 @@ srun bash -c 'd={hb}/$SLURM_JOB_ID; mkdir -p $d
 while :; do echo "${{SLURM_RESTART_COUNT:-0}} $(date +%s.%N)" > $d/$SLURMD_NODENAME.tmp
   mv $d/$SLURMD_NODENAME.tmp $d/$SLURMD_NODENAME; sleep {interval}; done'
 """
+
+
+def heartbeats(hb: Path, job: str, attempt: int, since: float) -> set[str]:
+    """Nodes whose ``HEARTBEAT_JOB`` task of ``attempt`` wrote a heartbeat under ``hb`` after ``since``."""
+    found = set()
+    for f in (hb / job).glob("n*"):
+        if f.suffix:
+            continue
+        try:
+            count, ts = f.read_text(encoding="utf-8").split()
+        except (OSError, ValueError):
+            continue
+        if int(count) == attempt and float(ts) > since:
+            found.add(f.name)
+    return found
 
 
 def poll(

@@ -245,15 +245,8 @@ class KubeWorkloadScheduler:
                 verified=ok,
                 acted_at=acted_at,
             )
-        patch = self.suspend_patch(True)
-        patch["metadata"] = {
-            "annotations": {ANNOTATION_STOPPED_AT: rfc3339(acted_at), ANNOTATION_LAST_INCIDENT: request.incident_id}
-        }
-        self.api.patch_object(ref, patch)
-        ok, _ = poll(
-            lambda: self.api.get_object(ref), lambda o: o is not None and self.suspended(o),
-            self.settings.verify_timeout_s, self.settings.poll_interval_s, self._sleep,
-        )  # fmt: skip
+        ok = self._suspend(ref, True, {ANNOTATION_STOPPED_AT: rfc3339(acted_at),
+                                       ANNOTATION_LAST_INCIDENT: request.incident_id})  # fmt: skip
         return ActionResult(
             "done",
             f"suspended {self.KIND} {ref.namespace}/{ref.name} (incident {request.incident_id}: "
@@ -261,6 +254,17 @@ class KubeWorkloadScheduler:
             verified=ok,
             acted_at=acted_at,
         )
+
+    def _suspend(self, ref: ObjectRef, suspend: bool, annotations: dict[str, str | None]) -> bool:
+        """Suspend (or resume) the workload with ``annotations``; whether a fresh read confirms it."""
+        patch = self.suspend_patch(suspend)
+        patch["metadata"] = {"annotations": annotations}
+        self.api.patch_object(ref, patch)
+        ok, _ = poll(
+            lambda: self.api.get_object(ref), lambda o: o is not None and self.suspended(o) == suspend,
+            self.settings.verify_timeout_s, self.settings.poll_interval_s, self._sleep,
+        )  # fmt: skip
+        return ok
 
     def _hold(self, request: ActionRequest, ref: ObjectRef, obj: dict[str, Any]) -> ActionResult:
         if self.suspended(obj):
@@ -271,15 +275,8 @@ class KubeWorkloadScheduler:
         if self.state(obj).is_terminal():
             return ActionResult("skipped", f"{self.KIND} {ref.namespace}/{ref.name} is {self.state(obj)}")
         acted_at = self._now()
-        patch = self.suspend_patch(True)
-        patch["metadata"] = {
-            "annotations": {ANNOTATION_HELD_AT: rfc3339(acted_at), ANNOTATION_LAST_INCIDENT: request.incident_id}
-        }
-        self.api.patch_object(ref, patch)
-        ok, _ = poll(
-            lambda: self.api.get_object(ref), lambda o: o is not None and self.suspended(o),
-            self.settings.verify_timeout_s, self.settings.poll_interval_s, self._sleep,
-        )  # fmt: skip
+        ok = self._suspend(ref, True, {ANNOTATION_HELD_AT: rfc3339(acted_at),
+                                       ANNOTATION_LAST_INCIDENT: request.incident_id})  # fmt: skip
         return ActionResult("done", f"suspended {self.KIND} {ref.namespace}/{ref.name} (hold)", ok, acted_at)
 
     def _release(self, ref: ObjectRef, obj: dict[str, Any]) -> ActionResult:
@@ -292,11 +289,5 @@ class KubeWorkloadScheduler:
                 f"{self.KIND} {ref.namespace}/{ref.name} was not suspended by a trainguard hold; resume it yourself",
             )
         acted_at = self._now()
-        patch = self.suspend_patch(False)
-        patch["metadata"] = {"annotations": {ANNOTATION_HELD_AT: None}}
-        self.api.patch_object(ref, patch)
-        ok, _ = poll(
-            lambda: self.api.get_object(ref), lambda o: o is not None and not self.suspended(o),
-            self.settings.verify_timeout_s, self.settings.poll_interval_s, self._sleep,
-        )  # fmt: skip
+        ok = self._suspend(ref, False, {ANNOTATION_HELD_AT: None})
         return ActionResult("done", f"resumed {self.KIND} {ref.namespace}/{ref.name}", ok, acted_at)
