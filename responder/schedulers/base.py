@@ -12,6 +12,7 @@ crash without requeueing twice.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,6 +122,31 @@ class Scheduler(Protocol):
 
 
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
+
+
+def act_frame(
+    request: ActionRequest,
+    refusal: str | None,
+    scheduler: str,
+    unit: str,
+    node_action: Callable[[ActionRequest], ActionResult],
+    workload_action: Callable[[ActionRequest], ActionResult],
+) -> ActionResult:
+    """What every adapter's ``act`` does around its own work: refuse a bad request before any ``unit``
+    (command, request) is sent, dispatch node and workload actions, and turn a ``SchedulerError`` into a
+    failed result."""
+    if refusal is not None:
+        _log.warning("refused %s for %s: %s", request.action, request.workload, refusal)
+        return ActionResult("failed", f"refused before any {unit}: {refusal}")
+    try:
+        if request.action in (Action.DRAIN_NODE, Action.RESUME_NODE):
+            return node_action(request)
+        if request.action is Action.NONE:
+            return ActionResult("skipped", "action none: nothing to do")
+        return workload_action(request)
+    except SchedulerError as exc:
+        return ActionResult("failed", f"{scheduler}: {exc}")
 
 
 def poll(

@@ -12,7 +12,6 @@ ClusterRole grants exactly these, and a test holds the three together.
 from __future__ import annotations
 
 import json
-import logging
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -27,9 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from responder.clock import format_rfc3339
 from responder.schedulers.base import ActionRequest, SchedulerError, identity_refusal
 from trainguard.identity import validate_cluster
-
-log = logging.getLogger(__name__)
-
 
 PREFIX: Final = "trainguard.io/"
 TAINT_KEY: Final = "trainguard.io/implicated"

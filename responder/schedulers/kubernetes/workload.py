@@ -7,7 +7,6 @@ or a foreground delete, each verified by a fresh read.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -19,9 +18,9 @@ from responder.model import Action
 from responder.schedulers.base import (
     ActionRequest,
     ActionResult,
-    SchedulerError,
     WorkloadObservation,
     WorkloadState,
+    act_frame,
     poll,
 )
 from responder.schedulers.kubernetes.api import (
@@ -44,9 +43,6 @@ from responder.schedulers.kubernetes.api import (
 )
 from responder.schedulers.kubernetes.isolation import NodeIsolation
 from trainguard.identity import IdentityError, validate_cluster, validate_workload
-
-log = logging.getLogger(__name__)
-
 
 _REQUEUE = (Action.REQUEUE, Action.REQUEUE_EXCLUDING)
 
@@ -149,19 +145,10 @@ class KubeWorkloadScheduler:
 
     def act(self, request: ActionRequest) -> ActionResult:
         reason = refusal(request, self.settings, self.SCHEDULER)
-        if reason is not None:
-            log.warning("refused %s for %s: %s", request.action, request.workload, reason)
-            return ActionResult("failed", f"refused before any request: {reason}")
-        try:
-            if request.action is Action.DRAIN_NODE:
-                return self.nodes.drain(request)
-            if request.action is Action.RESUME_NODE:
-                return self.nodes.resume(request)
-            if request.action is Action.NONE:
-                return ActionResult("skipped", "action none: nothing to do")
-            return self._workload_action(request)
-        except SchedulerError as exc:
-            return ActionResult("failed", f"kubernetes: {exc}")
+        return act_frame(request, reason, "kubernetes", "request", self._node_action, self._workload_action)
+
+    def _node_action(self, request: ActionRequest) -> ActionResult:
+        return self.nodes.drain(request) if request.action is Action.DRAIN_NODE else self.nodes.resume(request)
 
     def _workload_action(self, request: ActionRequest) -> ActionResult:
         ref = self.ref(request.workload)

@@ -37,6 +37,7 @@ from responder.schedulers.base import (
     SchedulerError,
     WorkloadObservation,
     WorkloadState,
+    act_frame,
     first_fresh,
     identity_refusal,
 )
@@ -137,18 +138,7 @@ class SlurmScheduler:
     # ------------------------------------------------------------------------------------ acting
 
     def act(self, request: ActionRequest) -> ActionResult:
-        refusal = self._refuse(request)
-        if refusal is not None:
-            log.warning("refused %s for %s: %s", request.action, request.workload, refusal)
-            return ActionResult("failed", f"refused before any command: {refusal}")
-        try:
-            if request.action in (Action.DRAIN_NODE, Action.RESUME_NODE):
-                return self._node_action(request)
-            if request.action is Action.NONE:
-                return ActionResult("skipped", "action none: nothing to do")
-            return self._job_action(request)
-        except SchedulerError as exc:
-            return ActionResult("failed", f"slurm: {exc}")
+        return act_frame(request, self._refuse(request), "slurm", "command", self._node_action, self._job_action)
 
     def _check_cluster(self, cluster: str) -> None:
         validate_cluster(cluster)
