@@ -1,4 +1,4 @@
-# trainguard — developer and CI entry points (CONTRACT §6). Run from the repository root.
+# trainguard — developer and CI entry points (docs/interfaces.md §6). Run from the repository root.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -35,10 +35,11 @@ test: install  ## every test; real-service tests skip (with the reason) where a 
 test-fast: install  ## unit tests only, no real services
 	$(BIN)/pytest -m 'not prometheus and not slurm and not e2e'
 
-lint: install  ## ruff, mypy --strict, promtool and amtool checks
+lint: install  ## ruff (banned-api: no subprocess/kubernetes outside responder/schedulers/), mypy --strict, structure, promtool and amtool checks
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python scripts/check_structure.py
 	$(BIN)/python scripts/lint_monitoring.py
 	$(BIN)/python -m dashboards.generate --check
 

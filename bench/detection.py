@@ -1,6 +1,6 @@
 """Detection latency per fault class: fault injected -> alert received at the webhook.
 
-Runs the real path of tests/stack.py (a lab exporter -> real Prometheus with the profile's rules and
+Runs the real path of trainguard/lab/stack.py (a lab exporter -> real Prometheus with the profile's rules and
 example config -> real Alertmanager with the profile's example config -> the webhook) once
 per profile and injects, per fault class, ``--trials`` faults at random moments (so every phase of
 scrape and evaluation is sampled). Every trial uses its own workload and host, so every alert opens
@@ -47,9 +47,8 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tests.stack import (  # noqa: E402 - the repository root must be importable first
+from responder.clock import parse_rfc3339
+from trainguard.lab.stack import (
     RESEND_DELAY,
     RULES_DIR,
     LabExporter,
@@ -60,6 +59,8 @@ from tests.stack import (  # noqa: E402 - the repository root must be importable
     pipeline,
     scrape_interval_s,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 CLASSES = ("log", "xid", "crash_liveness", "crash_heartbeat", "hang")
 ALERT = {
@@ -213,7 +214,7 @@ def _collect_decisions(responder: Service, plan: Plan) -> bool:
 
 
 def _epoch(rfc3339: str) -> float:
-    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+    return parse_rfc3339(rfc3339)
 
 
 def _stats(values: list[float]) -> dict[str, float | None]:

@@ -28,10 +28,10 @@ from typing import Any
 
 import httpx
 
+from trainguard.lab.common import free_port
+from trainguard.lab.payloads import alert, nccl_storm_with_xid, notification
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tests.payloads import alert, nccl_storm_with_xid, notification  # noqa: E402
-from tests.services import free_port  # noqa: E402
 
 TRAINGUARD = str(Path(sys.executable).parent / "trainguard")
 

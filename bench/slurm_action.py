@@ -22,7 +22,6 @@ import math
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,33 +32,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from prometheus_client import CollectorRegistry  # noqa: E402
+from prometheus_client import CollectorRegistry
 
-from responder.schedulers.base import Action, ActionRequest, WorkloadState  # noqa: E402
-from responder.schedulers.slurm import SlurmScheduler, SlurmSettings  # noqa: E402
-from tests.services import free_port  # noqa: E402
+from responder.model import Action
+from responder.schedulers.base import ActionRequest, WorkloadState
+from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.settings import SlurmSettings
+from trainguard.lab.common import HEARTBEAT_JOB, free_port, free_port_block, heartbeats
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LAB = ROOT / "slurm" / "lab.sh"
-JOB = """#!/bin/bash
-srun bash -c 'd={hb}/$SLURM_JOB_ID; mkdir -p $d
-while :; do echo "${{SLURM_RESTART_COUNT:-0}} $(date +%s.%N)" > $d/$SLURMD_NODENAME.tmp
-  mv $d/$SLURMD_NODENAME.tmp $d/$SLURMD_NODENAME; sleep 0.2; done'
-"""
-
-
-def free_port_block(count: int) -> int:
-    """A base B with B+1..B+count free (slurmd n<i> listens on B+i)."""
-    for base in range(23400, 40000, 97):
-        try:
-            for port in range(base + 1, base + count + 1):
-                with socket.socket() as s:
-                    s.bind(("0.0.0.0", port))  # noqa: S104 - slurmd binds 0.0.0.0; test that
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port block")
 
 
 def stats(samples: list[float]) -> dict[str, Any]:
@@ -83,20 +66,6 @@ def poll(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) 
             raise TimeoutError("condition not reached")
         time.sleep(interval)
     return time.monotonic()
-
-
-def heartbeats(hb: Path, job: str, attempt: int, since: float) -> set[str]:
-    found = set()
-    for f in (hb / job).glob("n*"):
-        if f.suffix:
-            continue
-        try:
-            count, ts = f.read_text(encoding="utf-8").split()
-        except (OSError, ValueError):
-            continue
-        if int(count) == attempt and float(ts) > since:
-            found.add(f.name)
-    return found
 
 
 def main() -> int:
@@ -130,7 +99,7 @@ def main() -> int:
     s = SlurmScheduler(SlurmSettings(cluster="lab", slurm_conf=conf), registry=CollectorRegistry())
     hb = directory / "hb"
     script = directory / "jobs" / "bench.sh"
-    script.write_text(JOB.format(hb=hb), encoding="utf-8")
+    script.write_text(HEARTBEAT_JOB.format(hb=hb, interval=0.2), encoding="utf-8")
 
     def act(action: Action, job: str, **kw: Any) -> tuple[float, Any]:
         request = ActionRequest(action, "lab", job, "bench", "benchmark", **kw)

@@ -5,7 +5,7 @@
 
 Three dashboards (see docs/dashboards.md): Fleet (the responder and every workload at a glance),
 Workload (one job's ranks, logs, checkpoints, GPUs and the decisions about it) and Decisions (the
-audit stream from Loki with its evidence). Metric names follow CONTRACT §2 (exporter), DCGM's
+audit stream from Loki with its evidence). Metric names follow docs/interfaces.md §2 (exporter), DCGM's
 ``DCGM_FI_DEV_*`` series, ``responder/metrics.py`` and ``responder/loki.py``; the Loki stream labels
 and structured metadata keys come from ``responder/loki.py`` so the queries match what is pushed.
 """
@@ -275,7 +275,7 @@ def decisions() -> Json:
             'summary="attribution.summary" | line_format "{{.mode}} {{.action}} {{.cluster}}/{{.workload}} '
             'attempt {{.attempt_no}} -> {{.outcome}}: {{.reason}} [{{.summary}}]"')],
             "Newest first. Open an entry: record_id, incident_id, nodes and patterns are structured metadata; "
-            "the line is the full audit record (CONTRACT §5).", h=12),
+            "the line is the full audit record (docs/interfaces.md §5).", h=12),
         logs("Evidence", [loki(
             f'{selected} | json evidence="evidence", scores="attribution.scores", safety="safety" '
             '| line_format "{{.record_id}} {{.action}} {{.workload}}: nodes {{.nodes}}\\n'

@@ -10,50 +10,26 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Final
 
+from exporters.engines import validate
 from exporters.rowregex import RowSyntaxError, line_bounded, required_literals
+from exporters.rows import (
+    CATEGORIES,
+    COLUMNS,
+    SEVERITIES,
+    XID_COLUMNS,
+    XID_DIRECTIVE,
+    XID_LINE_RE,
+    XID_OTHER,
+    CatalogError,
+    Pattern,
+)
 
-CATEGORIES: Final = ("infra_gpu", "infra_network", "infra_node", "collective_timeout", "app_error")
-SEVERITIES: Final = ("critical", "warning", "info")
-COLUMNS: Final = ("id", "category", "severity", "regex", "description", "example", "counterexample")
-XID_COLUMNS: Final = ("code", "name", "category", "severity", "action", "description")
-CATALOG_VERSION: Final = 2
-XID_DIRECTIVE: Final = "#@xid_catalog.csv"
-XID_OTHER: Final = "xid_other"
-# The kernel's Xid line, with or without "PCI:" in the parentheses; group 1 is the code.
-XID_LINE_RE: Final = r"NVRM: Xid \([^)]*\): (\d+)"
 _ID = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 _NAME = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
 _ACTION = re.compile(r"[A-Z][A-Z0-9_]*")
-
-
-class CatalogError(ValueError):
-    """The catalog file is malformed; the message names the row and the column."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pattern:
-    id: str
-    category: str
-    severity: str
-    regex: re.Pattern[str]  # the line-bounded form, ASCII semantics (as the engines run it on bytes)
-    description: str
-    example: str
-    counterexample: str
-    source: str = ""  # the regex as written in the catalog
-    literals: frozenset[bytes] | None = None  # one of these is in every match (None: not known)
-    action: str = ""  # Xid rows: NVIDIA's recommended resolution
-    xid: int | None = None  # Xid rows: the code (-1 for xid_other)
-
-    @property
-    def pages(self) -> bool:
-        """Whether a match pages at once: the log-pattern rules raise a critical alert for every match of
-        an infrastructure category, so the exporter's fast path posts those (alert_rules/log_patterns.yml)."""
-        return self.category.startswith("infra_")
 
 
 def default_catalog_path() -> Path:
@@ -166,7 +142,6 @@ def parse_catalog(text: str, source: str = "catalog", xid_text: str | None = Non
         seen.add(p.id)
     if not patterns:
         raise CatalogError(f"{source}: no patterns")
-    from exporters.engines import validate  # noqa: PLC0415 - the engines import this module
 
     validate(patterns)
     return patterns

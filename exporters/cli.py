@@ -18,9 +18,9 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from exporters import patterns_cli
-from exporters.catalog import CatalogError
 from exporters.exporter import Exporter, ExporterConfig
 from exporters.progress import DEFAULT_DIR, identity_from_environ
+from exporters.rows import CatalogError
 from exporters.state import DEFAULT_PROGRESS_PATTERNS, compile_progress_patterns
 from trainguard.identity import (
     IdentityError,

@@ -16,8 +16,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
-from exporters.catalog import XID_LINE_RE, CatalogError, Pattern
 from exporters.rowregex import line_bounded, required_literals
+from exporters.rows import XID_LINE_RE, CatalogError, Pattern
 
 # A buffer's line results: line end offset -> index (row index, or marker index).
 Hits = dict[int, int]

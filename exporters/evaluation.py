@@ -26,9 +26,10 @@ from typing import Any, Final
 
 from exporters.patterns import Matcher, load_catalog
 from exporters.patterns_cli import scan_stream
+from trainguard.vocabulary import LOG_CATEGORIES
 
-CLASSES: Final = ("infra_gpu", "infra_network", "infra_node", "collective_timeout", "app_error", "benign", "unknown")
-CATEGORIES: Final = CLASSES[:5]
+CATEGORIES: Final = LOG_CATEGORIES
+CLASSES: Final = (*LOG_CATEGORIES, "benign", "unknown")
 SPLITS: Final = ("tune", "report")
 NONE: Final = "none"  # the verdict when the scan names nothing
 FIELDS: Final = ("id", "source", "title", "text", "class", "family", "tokens", "cause", "label_basis", "split")

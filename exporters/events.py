@@ -15,7 +15,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from exporters.catalog import Pattern
+from exporters.rows import Pattern
 from trainguard.identity import IdentityError, validate_decimal, validate_host
 
 TRACEBACK_START: Final = "Traceback (most recent call last):"

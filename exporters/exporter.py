@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import start_wsgi_server
 
 from exporters.events import Finding
-from exporters.fastpath import LOG_PATTERN_ALERTS, RANK_GONE_ALERT, FastPath, runbook_url
+from exporters.fastpath import LOG_PATTERN_ALERTS, RANK_GONE_ALERT, FastPath
 from exporters.logs import Follower, KmsgSource, LogSource
 from exporters.metrics import PatternCounters, SafeCollector, StatsCollector
 from exporters.nvml import NvmlCollector
@@ -33,6 +33,7 @@ from exporters.state import (
     Transition,
     compile_progress_patterns,
 )
+from trainguard.vocabulary import runbook_url
 
 log = logging.getLogger("trainguard.exporter")
 

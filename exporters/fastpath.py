@@ -14,14 +14,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any, Final
 
 import httpx
 
+from responder.clock import format_rfc3339
+
 log = logging.getLogger("trainguard.exporter")
 
-RUNBOOK: Final = "https://github.com/trainguard/trainguard/blob/main/docs/runbook.md"
 # The alert names of the Prometheus rules these posts stand in for (alert_rules/log_patterns.yml,
 # alert_rules/training_progress.yml): same alertname, same labels, so Alertmanager merges the two.
 LOG_PATTERN_ALERTS: Final = {
@@ -32,14 +32,6 @@ LOG_PATTERN_ALERTS: Final = {
     "app_error": "TrainguardLogAppError",
 }
 RANK_GONE_ALERT: Final = "TrainguardRankCrashed"
-
-
-def runbook_url(alertname: str) -> str:
-    return f"{RUNBOOK}#{alertname.lower()}"
-
-
-def _rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class FastPath:
@@ -87,8 +79,8 @@ class FastPath:
         alert = {
             "labels": clean,
             "annotations": dict(annotations),
-            "startsAt": _rfc3339(now),
-            "endsAt": _rfc3339(now + self.alert_ttl),
+            "startsAt": format_rfc3339(now),
+            "endsAt": format_rfc3339(now + self.alert_ttl),
             "generatorURL": self.generator_url,
         }
         try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from exporters.catalog import Pattern
+from exporters.rows import Pattern
 from exporters.scanner import KINDS
 from exporters.state import IDENTITY_LABELS, Identity
 

@@ -8,18 +8,9 @@ CRI log records, ``unknown`` mines templates of lines no row names.
 
 from __future__ import annotations
 
-from exporters.catalog import (
-    CATALOG_VERSION,
-    CATEGORIES,
-    COLUMNS,
-    SEVERITIES,
-    CatalogError,
-    Pattern,
-    default_catalog_path,
-    load_catalog,
-    parse_catalog,
-)
+from exporters.catalog import default_catalog_path, load_catalog, parse_catalog
 from exporters.events import Finding
+from exporters.rows import CATALOG_VERSION, CATEGORIES, COLUMNS, SEVERITIES, CatalogError, Pattern
 from exporters.scanner import KINDS, Matcher, StreamScanner
 from exporters.tokens import line_host, line_rank, line_tokens
 

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from exporters.catalog import Pattern
 from exporters.engines import Engine, make_engine
 from exporters.events import Finding, Line, Nvrm, StandaloneElastic, Traceback
+from exporters.rows import Pattern
 from exporters.tokens import PREFIX, line_tokens
 from exporters.unwrap import Unwrapper
 

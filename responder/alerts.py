@@ -28,22 +28,6 @@ Key = Annotated[str, StringConstraints(max_length=256)]
 Value = Annotated[str, StringConstraints(max_length=4096)]
 LabelSet = Annotated[dict[Key, Value], Field(max_length=_MAX_LABELS)]
 
-CATEGORIES = frozenset(
-    {
-        "infra_gpu",
-        "infra_network",
-        "infra_node",
-        "collective_timeout",
-        "app_error",
-        "hang",
-        "straggler",
-        "crash",
-        "node_lost",
-        "no_progress",
-    }
-)
-SEVERITIES = frozenset({"critical", "warning", "info"})
-
 
 class Alert(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)

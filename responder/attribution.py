@@ -20,9 +20,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
+from typing import Protocol
 
-from responder.records import FailureClass
-from responder.store import StoredAlert
+from responder.model import FailureClass, Incident, StoredAlert
 
 HARD_INFRA = frozenset({"infra_gpu", "infra_node", "node_lost"})
 SOFT_INFRA = frozenset({"infra_network", "straggler", "hang"})
@@ -157,27 +157,41 @@ def attribute(alerts: Sequence[StoredAlert], context: Context | None = None) -> 
     if not context.available:
         explanation.append(context.note)
 
+    failure_class, implicated, summary = _conclude(scores, hard_hosts, soft_hosts, bool(app_ranks or app_groups),
+                                                   len(app_ranks), categories)  # fmt: skip
+    patterns = tuple(sorted({g.name for g in groups}))
+    return Verdict(failure_class, dict(scores), implicated, tuple(explanation), patterns, categories, summary)
+
+
+def _conclude(
+    scores: dict[str, float],
+    hard_hosts: set[str],
+    soft_hosts: set[str],
+    has_app: bool,
+    app_rank_count: int,
+    categories: frozenset[str],
+) -> tuple[FailureClass, tuple[str, ...], str]:
+    """Precedence: hard infrastructure > application error > soft infrastructure > unknown."""
     implicated = tuple(sorted(h for h, s in scores.items() if s >= IMPLICATE_AT))
     hard_implicated = tuple(h for h in implicated if h in hard_hosts)
     failure_class: FailureClass
     if hard_implicated:
-        failure_class = "infra"
+        failure_class = FailureClass.INFRA
         implicated = tuple(sorted(set(hard_implicated) | {h for h in implicated if h in soft_hosts}))
         summary = f"infrastructure fault on {', '.join(implicated)}"
-    elif app_ranks or app_groups:
-        failure_class, implicated = "app", ()
-        summary = f"application error on {len(app_ranks) or 'some'} rank(s); no node to blame"
+    elif has_app:
+        failure_class, implicated = FailureClass.APP, ()
+        summary = f"application error on {app_rank_count or 'some'} rank(s); no node to blame"
     elif implicated:
-        failure_class = "infra"
+        failure_class = FailureClass.INFRA
         summary = f"infrastructure fault on {', '.join(implicated)}"
     elif categories & (HARD_INFRA | {"infra_network"}):
-        failure_class = "infra"
+        failure_class = FailureClass.INFRA
         summary = "infrastructure fault, but no single node can be blamed"
     else:
-        failure_class = "unknown"
+        failure_class = FailureClass.UNKNOWN
         summary = "cause unknown: only symptoms, no node or application error identified"
-    patterns = tuple(sorted({g.name for g in groups}))
-    return Verdict(failure_class, dict(scores), implicated, tuple(explanation), patterns, categories, summary)
+    return failure_class, implicated, summary
 
 
 def _group(alerts: Iterable[StoredAlert]) -> list[_Group]:
@@ -258,3 +272,18 @@ def _line(g: _Group, verdict: str) -> str:
     if g.hosts:
         where += f" on {len(g.hosts)} host(s)"
     return f"{g.name or '(unnamed)'} [{g.category or 'no category'}] ({where}): {verdict}"
+
+
+class Enricher(Protocol):
+    """Context beyond the alerts (Prometheus: laggards, checkpoints per attempt); ``responder.enrichment``."""
+
+    def context(self, incident: Incident, alerts: Sequence[StoredAlert]) -> Context: ...
+    def close(self) -> None: ...
+
+
+class NoEnrichment:
+    def context(self, incident: Incident, alerts: Sequence[StoredAlert]) -> Context:
+        return Context()
+
+    def close(self) -> None:
+        pass

@@ -14,19 +14,37 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from responder.settings import BreakerSettings
-from responder.store import AuditStore
+from pydantic import BaseModel, ConfigDict, Field
+
+from responder.store import BreakerStore
+
+
+class BreakerSettings(BaseModel):
+    """Blast-radius limits, per cluster (NVSentinel-style circuit breaker)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window_s: float = Field(600.0, gt=0, description="window over which actions are counted")
+    max_actions: int = Field(20, ge=1, description="most actions per window across workloads")
+    max_node_fraction: float = Field(0.1, gt=0, le=1, description="most share of nodes excluded/drained")
+    max_nodes_without_size: int = Field(4, ge=1, description="node cap when the cluster size is unknown")
+    correlated_workloads: int = Field(3, ge=2, description="this many workloads failing together trips it")
+    correlated_window_s: float = Field(120.0, gt=0, description="...within this many seconds")
+    cooldown_s: float = Field(600.0, ge=0, description="how long a tripped breaker stays open")
 
 
 @dataclass(frozen=True, slots=True)
 class BreakerCheck:
+    """The breaker's verdict. It only reads the store: a new ``trip`` is for the caller to persist."""
+
     allowed: bool
     reason: str = ""
     tripped: bool = False  # open because of correlated failures (shown as a metric)
+    trip: str | None = None  # the reason of a trip that starts now (record it with ``record_trip``)
 
 
 def check(
-    store: AuditStore,
+    store: BreakerStore,
     cluster: str,
     mode: str,
     now: float,
@@ -44,8 +62,7 @@ def check(
             f"{len(failing)} workloads failed within {settings.correlated_window_s:.0f}s: likely a shared cause "
             "(storage, fabric, scheduler), not bad nodes; not acting"
         )
-        store.record_trip(cluster, now, reason)
-        return BreakerCheck(False, f"circuit breaker tripped: {reason}", True)
+        return BreakerCheck(False, f"circuit breaker tripped: {reason}", True, trip=reason)
     if not counts_action:
         return BreakerCheck(True)
     since = now - settings.window_s
@@ -70,6 +87,6 @@ def check(
     return BreakerCheck(True)
 
 
-def is_open(store: AuditStore, cluster: str, now: float, settings: BreakerSettings) -> bool:
+def is_open(store: BreakerStore, cluster: str, now: float, settings: BreakerSettings) -> bool:
     last = store.last_trip(cluster)
     return last is not None and now - last[0] < settings.cooldown_s

@@ -13,8 +13,9 @@ from typing import Any
 
 import httpx
 
-from responder import watchdog
 from responder.errors import ConfigError
+from responder.model import Mode
+from responder.schedulers.slurm import watchdog
 
 DEFAULT_URL = "http://127.0.0.1:9480"
 
@@ -58,7 +59,7 @@ def register(sub: Any) -> None:
     decisions.add_argument("--cluster")
     decisions.add_argument("--workload")
     decisions.add_argument("--action", help="requeue, requeue_excluding, stop, drain_node, none, ...")
-    decisions.add_argument("--mode", choices=["monitor", "act"])
+    decisions.add_argument("--mode", choices=[m.value for m in Mode])
     decisions.add_argument("--since", help="RFC 3339 time, e.g. 2026-11-29T00:00:00Z")
     decisions.add_argument("--limit", type=int, default=20, help="default 20")
     decisions.add_argument("--id", help="show one record in full, with its evidence")
@@ -75,7 +76,7 @@ def register(sub: Any) -> None:
         ),
     )
     mode.add_argument("cluster", help="cluster name, as in the alerts' cluster label")
-    mode.add_argument("mode", nargs="?", choices=["monitor", "act"], help="new mode; omit to show the current one")
+    mode.add_argument("mode", nargs="?", choices=[m.value for m in Mode], help="new mode; omit to show the current one")
     mode.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
     mode.set_defaults(handler=_mode)
 
@@ -91,14 +92,14 @@ def _serve(args: argparse.Namespace) -> int:
     from responder.clock import SystemClock  # noqa: PLC0415
     from responder.schedulers.router import build_schedulers  # noqa: PLC0415
     from responder.settings import load_settings  # noqa: PLC0415
-    from responder.store import SqliteStore  # noqa: PLC0415
+    from responder.store.sqlite import SqliteStore  # noqa: PLC0415
 
     try:
         settings = load_settings(args.config, host=args.host, port=args.port, db_path=args.db, log_level=args.log_level)
         settings.webhook_secret()
         settings.operator_secret()
         registry = CollectorRegistry()
-        scheduler = build_schedulers(settings, registry)
+        scheduler = build_schedulers(settings.schedulers(), registry)
     except (ConfigError, ValueError, ValidationError) as exc:
         print(f"trainguard serve: {exc}", file=sys.stderr)
         return 2
@@ -108,7 +109,7 @@ def _serve(args: argparse.Namespace) -> int:
     log = logging.getLogger("trainguard")
     store = SqliteStore(settings.db_path)
     app = create_app(settings, store, scheduler, SystemClock(), registry=registry)
-    modes = {name: app.state.engine.mode(name) for name in settings.clusters}
+    modes = {name: app.state.services.engine.mode(name) for name in settings.clusters}
     log.info(
         "trainguard responder on http://%s:%d, store %s, default mode %s, clusters %s, webhook token %s",
         settings.host, settings.port, settings.db_path, settings.default_mode, modes or "(none configured)",
@@ -164,7 +165,8 @@ def _decisions(args: argparse.Namespace) -> int:
 
 def _decisions_from_store(args: argparse.Namespace) -> int:
     from responder.clock import parse_rfc3339  # noqa: PLC0415
-    from responder.store import RecordQuery, SqliteStore  # noqa: PLC0415
+    from responder.store import RecordQuery  # noqa: PLC0415
+    from responder.store.sqlite import SqliteStore  # noqa: PLC0415
 
     if not args.db.exists():
         print(f"trainguard decisions: no store at {args.db}", file=sys.stderr)

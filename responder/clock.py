@@ -31,11 +31,16 @@ class FakeClock:
         self.t += seconds
 
 
+def format_rfc3339(moment: datetime | float, timespec: str = "milliseconds") -> str:
+    """RFC 3339 in UTC with a ``Z`` (``timespec``: ``milliseconds``, the API's form, or ``seconds``)."""
+    if not isinstance(moment, datetime):
+        moment = datetime.fromtimestamp(moment, UTC)
+    return moment.astimezone(UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
+
+
 def rfc3339(ts: float | None) -> str | None:
-    """RFC 3339 UTC with milliseconds, the form the API and audit records use."""
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """RFC 3339 UTC with milliseconds, the form the API and audit records use; None stays None."""
+    return None if ts is None else format_rfc3339(ts)
 
 
 def parse_rfc3339(value: str) -> float:

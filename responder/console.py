@@ -9,9 +9,8 @@ Changing a cluster's mode is the one state change, and it is a ``POST`` (never a
 
 * carries a CSRF token derived from a per-process secret (a page of another origin cannot read it),
   and, where the browser sends ``Origin`` or ``Sec-Fetch-Site``, must come from this origin;
-* passes the API's own operator check (``require_operator`` from ``create_app``): the operator
-  token typed into the form is presented to it as ``Authorization: Bearer``; without a configured
-  token the API's loopback rule applies.
+* passes the API's own operator check (``responder.auth.operator_identity``) with the operator
+  token typed into the form; without a configured token the API's loopback rule applies.
 
 Every response forbids framing and scripts (Content-Security-Policy) and is not cached.
 """
@@ -22,10 +21,9 @@ import base64
 import hashlib
 import hmac
 import html
-import secrets
 import string
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -37,17 +35,18 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from responder import breaker, isolation
+from responder.auth import operator_identity, read_capped
 from responder.clock import rfc3339
-from responder.engine import Engine
-from responder.errors import ResponderError
-from responder.records import AuditRecord
-from responder.settings import Settings
-from responder.store import AuditStore, RecordQuery
+from responder.errors import PayloadTooLarge, ResponderError
+from responder.model import AuditRecord, Kind, Mode, Outcome
+from responder.services import Services, services
+from responder.store import RecordQuery
 from trainguard.identity import IdentityError, validate_cluster
 
 RECENT = 500  # records read for the overview's workloads and incidents
 MAX_FORM_BYTES = 4096
 _VOID = frozenset({"input", "br", "meta", "link", "img"})
+_STANDING_BADGE = {"drain recorded": "bad", "drain due": "bad", "watch": "warn", "faded": "ok"}
 PAGES = (("/console", "Overview"), ("/console/decisions", "Decisions"), ("/console/nodes", "Node ledger"))
 
 
@@ -115,11 +114,12 @@ def badge(text: str, kind: str) -> Html:
 
 
 def mode_badge(mode: str) -> Html:
-    return badge(mode, f"mode-{mode}" if mode in {"monitor", "act"} else "warn")
+    return badge(mode, f"mode-{mode}" if mode in set(Mode) else "warn")
 
 
 def outcome_badge(outcome: str) -> Html:
-    kinds = {"done": "ok", "planned": "mode-monitor", "pending": "warn", "skipped": "warn", "failed": "bad"}
+    kinds: dict[str, str] = {Outcome.DONE: "ok", Outcome.PLANNED: "mode-monitor", Outcome.PENDING: "warn",
+                             Outcome.SKIPPED: "warn", Outcome.FAILED: "bad"}  # fmt: skip
     return badge(outcome, kinds.get(outcome, "warn"))
 
 
@@ -157,275 +157,253 @@ class ClusterView:
     records: int
 
 
-class Console:
-    """The console's pages over the engine and store; ``routes()`` is what app.py mounts."""
+def _page(request: Request, title: str, body: Html, status: int = 200, flash: Html | None = None) -> Response:
+    path = request.url.path.rstrip("/") or "/console"
+    here = max((href for href, _ in PAGES if path == href or path.startswith(href + "/")), key=len, default="")
+    nav = join(tag("a", label, href=href, class_="here" if href == here else None) for href, label in PAGES)
+    now = when(services(request).clock.now())
+    text = render("base.html", title=title, nav=nav, body=body, flash=flash or Html(""), now=now)
+    return HTMLResponse(text, status_code=status, headers=security_headers())
 
-    def __init__(
-        self,
-        engine: Engine,
-        store: AuditStore,
-        settings: Settings,
-        require_operator: Callable[[Request], str],
-    ) -> None:
-        self.engine = engine
-        self.store = store
-        self.settings = settings
-        self.require_operator = require_operator
-        self._csrf = hmac.new(secrets.token_bytes(32), b"trainguard-console-mode", "sha256").hexdigest()
-        self._token_configured = settings.operator_secret() is not None
 
-    def routes(self) -> list[BaseRoute]:
-        return [
-            Route("/console", self.overview, methods=["GET"]),
-            Route("/console/", self.overview, methods=["GET"]),
-            Route("/console/decisions", self.decisions, methods=["GET"]),
-            Route("/console/decisions/{id}", self.decision, methods=["GET"]),
-            Route("/console/nodes", self.nodes, methods=["GET"]),
-            Route("/console/clusters/{cluster}/mode", self.set_mode, methods=["POST"]),
-        ]
+def _error(request: Request, status: int, heading: str, message: str) -> Response:
+    return _page(request, heading, render("error.html", heading=heading, message=message), status)
 
-    # -- pages ----------------------------------------------------------------------------------
 
-    def page(self, request: Request, title: str, body: Html, status: int = 200, flash: Html | None = None) -> Response:
-        path = request.url.path.rstrip("/") or "/console"
-        here = max((href for href, _ in PAGES if path == href or path.startswith(href + "/")), key=len, default="")
-        nav = join(tag("a", label, href=href, class_="here" if href == here else None) for href, label in PAGES)
-        text = render(
-            "base.html", title=title, nav=nav, body=body, flash=flash or Html(""), now=when(self.engine.clock.now())
-        )
-        return HTMLResponse(text, status_code=status, headers=security_headers())
+# -- pages --------------------------------------------------------------------------------------
 
-    def error(self, request: Request, status: int, heading: str, message: str) -> Response:
-        return self.page(request, heading, render("error.html", heading=heading, message=message), status)
 
-    async def overview(self, request: Request) -> Response:
-        body = await run_in_threadpool(self._overview_body)
-        flash = None
-        changed = request.query_params.get("changed")
-        if changed:
-            try:
-                cluster = validate_cluster(changed)
-            except IdentityError:
-                cluster = None
-            if cluster is not None:
-                mode = await run_in_threadpool(self.engine.mode, cluster)
-                flash = tag("div", Html(f"Cluster {esc(cluster)} is now in {mode_badge(mode)} mode."), class_="flash")
-        return self.page(request, "Overview", body, flash=flash)
-
-    def _clusters(self, records: list[AuditRecord]) -> list[ClusterView]:
-        now = self.engine.clock.now()
-        seen: dict[str, int] = {}
-        for r in records:
-            if r.kind == "decision":
-                seen[r.cluster] = seen.get(r.cluster, 0) + 1
-        names = set(self.settings.clusters) | set(self.store.modes()) | set(seen)
-        views = []
-        for name in sorted(names):
-            last = self.store.last_trip(name)
-            is_open = breaker.is_open(self.store, name, now, self.settings.breaker)
-            views.append(ClusterView(name, self.engine.mode(name), is_open, last[1] if last else "", seen.get(name, 0)))
-        return views
-
-    def _mode_form(self, cluster: str, mode: str) -> Html:
-        target = "monitor" if mode == "act" else "act"
-        token = (
-            tag("input", type="password", name="token", placeholder="operator token", required="required",
-                autocomplete="off", aria_label=f"operator token for {cluster}")
-            if self._token_configured else Html("")
-        )  # fmt: skip
-        return tag(
-            "form",
-            join([
-                tag("input", type="hidden", name="csrf", value=self._csrf),
-                token,
-                tag("button", f"Switch to {target}", type="submit", name="mode", value=target,
-                    class_=f"to-{target}"),
-            ]),
-            method="post", action=f"/console/clusters/{urllib.parse.quote(cluster)}/mode", class_="mode",
-            data_cluster=cluster,
-        )  # fmt: skip
-
-    def _overview_body(self) -> Html:
-        records = self.store.records(RecordQuery(limit=RECENT))
-        clusters = self._clusters(records)
-        cluster_rows = [
-            tag("tr", join([
-                tag("td", tag("strong", c.name)),
-                tag("td", mode_badge(c.mode), class_="mode", data_mode=c.mode),
-                tag("td", Html(badge("open", "bad") + " " + esc(c.breaker_reason)) if c.breaker_open
-                    else badge("closed", "ok")),
-                tag("td", str(c.records), class_="num"),
-                tag("td", self._mode_form(c.name, c.mode)),
-            ]), id=f"cluster-{c.name}")
-            for c in clusters
-        ] or [empty_row(5, "No cluster configured or seen yet.")]  # fmt: skip
-
-        workloads: dict[tuple[str, str], list[AuditRecord]] = {}
-        incidents: dict[str, list[AuditRecord]] = {}
-        for r in records:
-            if r.kind != "decision":
-                continue
-            workloads.setdefault((r.cluster, r.workload), []).append(r)
-            if r.incident_id:
-                incidents.setdefault(r.incident_id, []).append(r)
-        workload_rows = []
-        for (cluster, workload), recs in list(workloads.items())[:30]:
-            last = recs[0]
-            workload_rows.append(tag("tr", join([
-                tag("td", cluster), tag("td", tag("strong", workload)), tag("td", last.scheduler or ""),
-                tag("td", last.attempt or ""), tag("td", str(len({r.incident_id for r in recs})), class_="num"),
-                tag("td", last.action), tag("td", outcome_badge(last.outcome)), tag("td", when(last.time)),
-            ])))  # fmt: skip
-        incident_rows = []
-        for incident_id, recs in list(incidents.items())[:20]:
-            first = recs[-1]
-            nodes = sorted({n for r in recs for n in r.implicated_nodes})
-            links = join((Html(decision_link(r) + " " + esc(r.action)) for r in reversed(recs)), Html("<br>"))
-            incident_rows.append(tag("tr", join([
-                tag("td", when(first.time)), tag("td", incident_id, class_="mono"),
-                tag("td", f"{first.cluster} / {first.workload}"), tag("td", first.attempt or ""),
-                tag("td", first.failure_class), tag("td", ", ".join(nodes) or "none"), tag("td", links),
-            ])))  # fmt: skip
-        hint = (
-            "Switching needs the operator token." if self._token_configured
-            else "No operator token is configured: switching is accepted from this machine (loopback) only."
-        )  # fmt: skip
-        return render(
-            "overview.html",
-            auth_hint=hint,
-            cluster_rows=join(cluster_rows),
-            workload_rows=join(workload_rows or [empty_row(8, "No decisions yet.")]),
-            incident_rows=join(incident_rows or [empty_row(7, "No incidents yet.")]),
-            decision_table=decision_table(records[:25]),
-        )
-
-    async def decisions(self, request: Request) -> Response:
-        params = request.query_params
-        limit_text = params.get("limit", "100")
-        limit = int(limit_text) if limit_text.isdigit() and 1 <= int(limit_text) <= 1000 else 100
-        kind = params.get("kind") if params.get("kind") in {"decision", "refusal"} else None
-        query = RecordQuery(
-            cluster=params.get("cluster") or None, workload=params.get("workload") or None, kind=kind, limit=limit
-        )
-        records = await run_in_threadpool(self.store.records, query)
-        options = join(
-            tag("option", label, value=value, selected="selected" if (kind or "") == value else None)
-            for value, label in (("", "all"), ("decision", "decisions"), ("refusal", "refusals"))
-        )
-        body = render(
-            "decisions.html", cluster=query.cluster or "", workload=query.workload or "", kind_options=options,
-            limit=str(limit), decision_table=decision_table(records),
-        )  # fmt: skip
-        return self.page(request, "Decisions", body)
-
-    async def decision(self, request: Request) -> Response:
-        record_id = request.path_params["id"]
-        record = await run_in_threadpool(self.store.record, record_id)
-        if record is None:
-            return self.error(request, 404, "Not found", f"There is no audit record {record_id!r}.")
-        reviews = await run_in_threadpool(self.store.reviews, record_id)
-        return self.page(request, record.id, _decision_body(record, reviews))
-
-    async def nodes(self, request: Request) -> Response:
-        return self.page(request, "Node ledger", await run_in_threadpool(self._nodes_body))
-
-    def _nodes_body(self) -> Html:
-        ledger = self.settings.ledger
-        now = self.engine.clock.now()
-        records = self.store.records(RecordQuery(limit=RECENT))
-        names = sorted(set(self.settings.clusters) | set(self.store.modes()) | {r.cluster for r in records})
-        sections = []
-        for cluster in names:
-            scores = isolation.reputation(self.store, cluster, now, ledger)
-            if not scores:
-                continue
-            last_seen: dict[str, float] = {}
-            for node, at, _ in self.store.implications_since(cluster, now - 10 * ledger.reputation_half_life_s):
-                last_seen[node] = max(last_seen.get(node, 0.0), at)
-            rows = []
-            since = now - ledger.drain_window_s
-            for node, score in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0])):
-                workloads = sorted(self.store.node_workloads_since(cluster, node, since))
-                drained = self.store.drain_recorded_since(cluster, node, since)
-                if drained:
-                    state = badge("drain recorded", "bad")
-                elif len(workloads) >= ledger.drain_after_workloads:
-                    state = badge("drain due", "bad")
-                elif workloads:
-                    state = badge("watch", "warn")
-                else:
-                    state = badge("faded", "ok")
-                rows.append(tag("tr", join([
-                    tag("td", tag("strong", node)), tag("td", f"{score:.2f}", class_="num"),
-                    tag("td", str(len(workloads)), class_="num"), tag("td", ", ".join(workloads)),
-                    tag("td", when(last_seen.get(node))), tag("td", state),
-                ])))  # fmt: skip
-            head = join(tag("th", h) for h in
-                        ("Node", "Reputation", "Workloads", "Which", "Last implicated", "State"))  # fmt: skip
-            sections.append(tag("section", join([
-                tag("h2", f"Cluster {cluster}"),
-                tag("table", join([tag("thead", tag("tr", head)), tag("tbody", join(rows))])),
-            ]), id=f"ledger-{cluster}"))  # fmt: skip
-        if not sections:
-            sections.append(tag("section", tag("p", "No node has been implicated yet.", class_="muted")))
-        return render(
-            "nodes.html", half_life=_duration(ledger.reputation_half_life_s),
-            drain_after=str(ledger.drain_after_workloads), drain_window=_duration(ledger.drain_window_s),
-            clusters=join(sections),
-        )  # fmt: skip
-
-    # -- the one state change -------------------------------------------------------------------
-
-    async def set_mode(self, request: Request) -> Response:
+async def overview(request: Request) -> Response:
+    svc = services(request)
+    body = await run_in_threadpool(_overview_body, svc)
+    flash = None
+    changed = request.query_params.get("changed")
+    if changed:
         try:
-            cluster = validate_cluster(request.path_params["cluster"])
-        except IdentityError as exc:
-            return self.error(request, 400, "Bad cluster name", str(exc))
-        if not self._same_origin(request):
-            return self.error(request, 403, "Refused", "This form was sent from another site.")
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM_BYTES:
-                return self.error(request, 413, "Too large", "The form is larger than a mode switch can be.")
-        form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace")).items()}
-        if not hmac.compare_digest(form.get("csrf", "").encode(), self._csrf.encode()):
-            return self.error(request, 403, "Refused", "The form is stale or was not made by this console: "
-                              "reload the page and try again.")  # fmt: skip
-        mode = form.get("mode", "")
-        if mode not in {"monitor", "act"}:
-            return self.error(request, 400, "Bad mode", "The mode is monitor or act.")
-        try:
-            who = self.require_operator(_with_token(request, form.get("token", "")))
-        except ResponderError as exc:
-            message = (
-                "The operator token is missing or wrong." if exc.status_code == 401
-                else f"Not allowed: {exc.detail}"
-            )  # fmt: skip
-            return self.error(request, exc.status_code, "Not switched", message)
-        await run_in_threadpool(self.engine.set_mode, cluster, mode, f"{who} (console)")
-        return RedirectResponse(
-            f"/console?{urllib.parse.urlencode({'changed': cluster})}#cluster-{cluster}",
-            status_code=303, headers=security_headers(),
+            cluster = validate_cluster(changed)
+        except IdentityError:
+            cluster = None
+        if cluster is not None:
+            mode = await run_in_threadpool(svc.engine.mode, cluster)
+            flash = tag("div", Html(f"Cluster {esc(cluster)} is now in {mode_badge(mode)} mode."), class_="flash")
+    return _page(request, "Overview", body, flash=flash)
+
+
+def _clusters(svc: Services, records: list[AuditRecord]) -> list[ClusterView]:
+    now = svc.clock.now()
+    seen: dict[str, int] = {}
+    for r in records:
+        if r.kind == Kind.DECISION:
+            seen[r.cluster] = seen.get(r.cluster, 0) + 1
+    names = set(svc.settings.clusters) | set(svc.store.modes()) | set(seen)
+    views = []
+    for name in sorted(names):
+        last = svc.store.last_trip(name)
+        is_open = breaker.is_open(svc.store, name, now, svc.settings.breaker)
+        views.append(ClusterView(name, svc.engine.mode(name), is_open, last[1] if last else "", seen.get(name, 0)))
+    return views
+
+
+def _mode_form(svc: Services, cluster: str, mode: str) -> Html:
+    target = Mode.MONITOR if mode == Mode.ACT else Mode.ACT
+    token = (
+        tag("input", type="password", name="token", placeholder="operator token", required="required",
+            autocomplete="off", aria_label=f"operator token for {cluster}")
+        if svc.operator_token is not None else Html("")
+    )  # fmt: skip
+    return tag(
+        "form",
+        join([
+            tag("input", type="hidden", name="csrf", value=svc.csrf),
+            token,
+            tag("button", f"Switch to {target}", type="submit", name="mode", value=target,
+                class_=f"to-{target}"),
+        ]),
+        method="post", action=f"/console/clusters/{urllib.parse.quote(cluster)}/mode", class_="mode",
+        data_cluster=cluster,
+    )  # fmt: skip
+
+
+def _cluster_rows(svc: Services, records: list[AuditRecord]) -> list[Html]:
+    return [
+        tag("tr", join([
+            tag("td", tag("strong", c.name)),
+            tag("td", mode_badge(c.mode), class_="mode", data_mode=c.mode),
+            tag("td", Html(badge("open", "bad") + " " + esc(c.breaker_reason)) if c.breaker_open
+                else badge("closed", "ok")),
+            tag("td", str(c.records), class_="num"),
+            tag("td", _mode_form(svc, c.name, c.mode)),
+        ]), id=f"cluster-{c.name}")
+        for c in _clusters(svc, records)
+    ] or [empty_row(5, "No cluster configured or seen yet.")]  # fmt: skip
+
+
+def _workload_and_incident_rows(records: list[AuditRecord]) -> tuple[list[Html], list[Html]]:
+    workloads: dict[tuple[str, str], list[AuditRecord]] = {}
+    incidents: dict[str, list[AuditRecord]] = {}
+    for r in records:
+        if r.kind != Kind.DECISION:
+            continue
+        workloads.setdefault((r.cluster, r.workload), []).append(r)
+        if r.incident_id:
+            incidents.setdefault(r.incident_id, []).append(r)
+    workload_rows = []
+    for (cluster, workload), recs in list(workloads.items())[:30]:
+        last = recs[0]
+        workload_rows.append(tag("tr", join([
+            tag("td", cluster), tag("td", tag("strong", workload)), tag("td", last.scheduler or ""),
+            tag("td", last.attempt or ""), tag("td", str(len({r.incident_id for r in recs})), class_="num"),
+            tag("td", last.action), tag("td", outcome_badge(last.outcome)), tag("td", when(last.time)),
+        ])))  # fmt: skip
+    incident_rows = []
+    for incident_id, recs in list(incidents.items())[:20]:
+        first = recs[-1]
+        nodes = sorted({n for r in recs for n in r.implicated_nodes})
+        links = join((Html(decision_link(r) + " " + esc(r.action)) for r in reversed(recs)), Html("<br>"))
+        incident_rows.append(tag("tr", join([
+            tag("td", when(first.time)), tag("td", incident_id, class_="mono"),
+            tag("td", f"{first.cluster} / {first.workload}"), tag("td", first.attempt or ""),
+            tag("td", first.failure_class), tag("td", ", ".join(nodes) or "none"), tag("td", links),
+        ])))  # fmt: skip
+    return workload_rows, incident_rows
+
+
+def _overview_body(svc: Services) -> Html:
+    records = svc.store.records(RecordQuery(limit=RECENT))
+    workload_rows, incident_rows = _workload_and_incident_rows(records)
+    hint = (
+        "Switching needs the operator token." if svc.operator_token is not None
+        else "No operator token is configured: switching is accepted from this machine (loopback) only."
+    )  # fmt: skip
+    return render(
+        "overview.html",
+        auth_hint=hint,
+        cluster_rows=join(_cluster_rows(svc, records)),
+        workload_rows=join(workload_rows or [empty_row(8, "No decisions yet.")]),
+        incident_rows=join(incident_rows or [empty_row(7, "No incidents yet.")]),
+        decision_table=decision_table(records[:25]),
+    )
+
+
+async def decisions(request: Request) -> Response:
+    params = request.query_params
+    limit_text = params.get("limit", "100")
+    limit = int(limit_text) if limit_text.isdigit() and 1 <= int(limit_text) <= 1000 else 100
+    kind = params.get("kind") if params.get("kind") in set(Kind) else None
+    query = RecordQuery(
+        cluster=params.get("cluster") or None, workload=params.get("workload") or None, kind=kind, limit=limit
+    )
+    records = await run_in_threadpool(services(request).store.records, query)
+    options = join(
+        tag("option", label, value=value, selected="selected" if (kind or "") == value else None)
+        for value, label in (("", "all"), ("decision", "decisions"), ("refusal", "refusals"))
+    )
+    body = render(
+        "decisions.html", cluster=query.cluster or "", workload=query.workload or "", kind_options=options,
+        limit=str(limit), decision_table=decision_table(records),
+    )  # fmt: skip
+    return _page(request, "Decisions", body)
+
+
+async def decision(request: Request) -> Response:
+    store = services(request).store
+    record_id = request.path_params["id"]
+    record = await run_in_threadpool(store.record, record_id)
+    if record is None:
+        return _error(request, 404, "Not found", f"There is no audit record {record_id!r}.")
+    reviews = await run_in_threadpool(store.reviews, record_id)
+    return _page(request, record.id, _decision_body(record, reviews))
+
+
+async def nodes(request: Request) -> Response:
+    return _page(request, "Node ledger", await run_in_threadpool(_nodes_body, services(request)))
+
+
+def _ledger_section(svc: Services, cluster: str, now: float) -> Html | None:
+    ledger = svc.settings.ledger
+    scores = isolation.reputation(svc.store, cluster, now, ledger)
+    if not scores:
+        return None
+    last_seen: dict[str, float] = {}
+    for node, at, _ in svc.store.implications_since(cluster, now - 10 * ledger.reputation_half_life_s):
+        last_seen[node] = max(last_seen.get(node, 0.0), at)
+    rows = []
+    for node, score in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0])):
+        ranked = isolation.standing(svc.store, cluster, node, now, ledger)
+        workloads = ranked.workloads
+        state = badge(ranked.state, _STANDING_BADGE[ranked.state])
+        rows.append(tag("tr", join([
+            tag("td", tag("strong", node)), tag("td", f"{score:.2f}", class_="num"),
+            tag("td", str(len(workloads)), class_="num"), tag("td", ", ".join(workloads)),
+            tag("td", when(last_seen.get(node))), tag("td", state),
+        ])))  # fmt: skip
+    head = join(tag("th", h) for h in ("Node", "Reputation", "Workloads", "Which", "Last implicated", "State"))
+    return tag("section", join([
+        tag("h2", f"Cluster {cluster}"),
+        tag("table", join([tag("thead", tag("tr", head)), tag("tbody", join(rows))])),
+    ]), id=f"ledger-{cluster}")  # fmt: skip
+
+
+def _nodes_body(svc: Services) -> Html:
+    ledger = svc.settings.ledger
+    now = svc.clock.now()
+    records = svc.store.records(RecordQuery(limit=RECENT))
+    names = sorted(set(svc.settings.clusters) | set(svc.store.modes()) | {r.cluster for r in records})
+    sections = [s for s in (_ledger_section(svc, cluster, now) for cluster in names) if s is not None]
+    if not sections:
+        sections.append(tag("section", tag("p", "No node has been implicated yet.", class_="muted")))
+    return render(
+        "nodes.html", half_life=_duration(ledger.reputation_half_life_s),
+        drain_after=str(ledger.drain_after_workloads), drain_window=_duration(ledger.drain_window_s),
+        clusters=join(sections),
+    )  # fmt: skip
+
+
+# -- the one state change -----------------------------------------------------------------------
+
+
+async def set_mode(request: Request) -> Response:
+    svc = services(request)
+    try:
+        cluster = validate_cluster(request.path_params["cluster"])
+    except IdentityError as exc:
+        return _error(request, 400, "Bad cluster name", str(exc))
+    if not _same_origin(request):
+        return _error(request, 403, "Refused", "This form was sent from another site.")
+    try:
+        body = await read_capped(request, MAX_FORM_BYTES)
+    except PayloadTooLarge:
+        return _error(request, 413, "Too large", "The form is larger than a mode switch can be.")
+    form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace")).items()}
+    if not hmac.compare_digest(form.get("csrf", "").encode(), svc.csrf.encode()):
+        return _error(request, 403, "Refused", "The form is stale or was not made by this console: "
+                      "reload the page and try again.")  # fmt: skip
+    mode = form.get("mode", "")
+    if mode not in set(Mode):
+        return _error(request, 400, "Bad mode", "The mode is monitor or act.")
+    try:
+        who = operator_identity(request, svc.operator_token, presented=form.get("token", ""))
+    except ResponderError as exc:
+        message = (
+            "The operator token is missing or wrong." if exc.status_code == 401
+            else f"Not allowed: {exc.detail}"
         )  # fmt: skip
-
-    @staticmethod
-    def _same_origin(request: Request) -> bool:
-        site = request.headers.get("sec-fetch-site")
-        if site is not None and site not in {"same-origin", "none"}:
-            return False
-        origin = request.headers.get("origin")
-        if origin is None:
-            return True  # not a browser, or an old one: the CSRF token still applies
-        return urllib.parse.urlsplit(origin).netloc == request.headers.get("host", "")
+        return _error(request, exc.status_code, "Not switched", message)
+    await run_in_threadpool(svc.engine.set_mode, cluster, mode, f"{who} (console)")
+    return RedirectResponse(
+        f"/console?{urllib.parse.urlencode({'changed': cluster})}#cluster-{cluster}",
+        status_code=303, headers=security_headers(),
+    )  # fmt: skip
 
 
-def _with_token(request: Request, token: str) -> Request:
-    """The request as the API's operator check sees it: the typed token as a bearer token."""
-    headers = [(k, v) for k, v in request.scope["headers"] if k != b"authorization"]
-    if token:
-        headers.append((b"authorization", b"Bearer " + token.strip().encode()))
-    return Request({**request.scope, "headers": headers})
+def _same_origin(request: Request) -> bool:
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in {"same-origin", "none"}:
+        return False
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True  # not a browser, or an old one: the CSRF token still applies
+    return urllib.parse.urlsplit(origin).netloc == request.headers.get("host", "")
 
 
 def _duration(seconds: float) -> str:
@@ -467,7 +445,7 @@ def _decision_body(r: AuditRecord, reviews: list[dict[str, Any]]) -> Html:
     safety = r.safety or {}
     return render(
         "decision.html",
-        kind_title="Refusal" if r.kind == "refusal" else "Decision", id=r.id, action=r.action,
+        kind_title="Refusal" if r.kind == Kind.REFUSAL else "Decision", id=r.id, action=r.action,
         node=f"of {r.node}" if r.node else "", mode_badge=mode_badge(r.mode), outcome_badge=outcome_badge(r.outcome),
         reason=r.reason, cluster=r.cluster, workload=r.workload, scheduler=r.scheduler or "unknown scheduler",
         attempt=r.attempt or "?", incident_id=r.incident_id or "none", failure_class=r.failure_class,
@@ -482,8 +460,11 @@ def _decision_body(r: AuditRecord, reviews: list[dict[str, Any]]) -> Html:
     )  # fmt: skip
 
 
-def console_routes(
-    engine: Engine, store: AuditStore, settings: Settings, require_operator: Callable[[Request], str]
-) -> list[BaseRoute]:
-    """The console's routes for ``create_app`` (``routes += console_routes(...)``)."""
-    return Console(engine, store, settings, require_operator).routes()
+ROUTES: list[BaseRoute] = [
+    Route("/console", overview, methods=["GET"]),
+    Route("/console/", overview, methods=["GET"]),
+    Route("/console/decisions", decisions, methods=["GET"]),
+    Route("/console/decisions/{id}", decision, methods=["GET"]),
+    Route("/console/nodes", nodes, methods=["GET"]),
+    Route("/console/clusters/{cluster}/mode", set_mode, methods=["POST"]),
+]

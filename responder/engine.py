@@ -26,15 +26,15 @@ from anyio import to_thread
 
 from responder import breaker, isolation
 from responder.alerts import ClassifiedAlert, Notification, classify
-from responder.attribution import Verdict, attribute
+from responder.attribution import Enricher, NoEnrichment, Verdict, attribute
+from responder.breaker import BreakerCheck
 from responder.clock import Clock
-from responder.enrichment import Enricher, NoEnrichment
 from responder.metrics import ResponderMetrics
+from responder.model import Action, AuditRecord, FailureClass, Incident, Kind, Mode, Outcome, StoredAlert, new_id
 from responder.policy import plan
-from responder.records import AuditRecord, new_id
-from responder.schedulers.base import Action, ActionRequest, Scheduler, SchedulerError
+from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError
 from responder.settings import Settings
-from responder.store import AuditStore, Incident, IngestResult, StoredAlert
+from responder.store import AuditStore, IngestResult
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +75,12 @@ class Engine:
 
     # -- modes ----------------------------------------------------------------------------------
 
-    def mode(self, cluster: str) -> str:
-        return self.store.get_mode(cluster) or self.settings.cluster(cluster).mode
+    def mode(self, cluster: str) -> Mode:
+        return Mode(self.store.get_mode(cluster) or self.settings.cluster(cluster).mode)
 
     def set_mode(self, cluster: str, mode: str, changed_by: str) -> None:
-        self.store.set_mode(cluster, mode, self.clock.now(), changed_by)
-        self.metrics.mode.labels(cluster).set(1 if mode == "act" else 0)
+        self.store.set_mode(cluster, Mode(mode), self.clock.now(), changed_by)
+        self.metrics.mode.labels(cluster).set(1 if mode == Mode.ACT else 0)
         log.warning("cluster %s switched to %s mode by %s", cluster, mode, changed_by)
 
     def refresh_gauges(self) -> None:
@@ -89,7 +89,7 @@ class Engine:
         for cluster in self.store.tripped_clusters():
             is_open = breaker.is_open(self.store, cluster, now, self.settings.breaker)
             self.metrics.breaker_open.labels(cluster).set(1 if is_open else 0)
-        self.metrics.open_incidents.set(self.store.counts()["open_incidents"])
+        self.metrics.open_incidents.set(self.store.open_incident_count())
 
     # -- ingest ---------------------------------------------------------------------------------
 
@@ -97,7 +97,9 @@ class Engine:
         """Classify and durably store one notification. Raises on storage failure (-> 5xx)."""
         now = self.clock.now()
         classified = [classify(alert) for alert in notification.alerts]
-        result = self.store.ingest(notification, classified, now, self.settings.correlation_window_s, self._refusal)
+        # Built before the store is asked: the store keeps those of alerts it had not seen before.
+        refusals = {item.key: self._refusal(item, now) for item in classified if item.disposition == "rejected"}
+        result = self.store.ingest(notification, classified, now, self.settings.correlation_window_s, refusals)
         m = self.metrics
         m.alerts.labels("new").inc(result.evidence)
         m.alerts.labels("duplicate").inc(result.duplicates)
@@ -122,7 +124,7 @@ class Engine:
         cluster = item.identity.cluster if item.identity else labels.get("cluster", "")[:256]
         return AuditRecord(
             id=new_id("ref"),
-            kind="refusal",
+            kind=Kind.REFUSAL,
             time=now,
             cluster=cluster,
             workload=labels.get("workload", "")[:256],
@@ -131,12 +133,12 @@ class Engine:
             incident_id=None,
             patterns=[labels.get("pattern") or labels.get("alertname", "")],
             evidence=[{"fingerprint": item.alert.fingerprint, "labels": labels, "startsAt": item.alert.startsAt}],
-            failure_class="unknown",
+            failure_class=FailureClass.UNKNOWN,
             implicated_nodes=[],
-            action="none",
+            action=Action.NONE,
             excluded_nodes=[],
-            mode="act" if item.identity and self.mode(cluster) == "act" else "monitor",
-            outcome="skipped",
+            mode=Mode.ACT if item.identity and self.mode(cluster) == Mode.ACT else Mode.MONITOR,
+            outcome=Outcome.SKIPPED,
             reason=f"alert rejected, nothing will act on it: {item.reason}",
             detected_at=item.starts_at,
             received_at=now,
@@ -154,7 +156,7 @@ class Engine:
             except Exception:
                 log.exception("deciding incident %s failed; retrying in %gs", incident.id, RETRY_DECISION_S)
                 self.store.postpone(incident.id, self.clock.now() + RETRY_DECISION_S)
-        self.metrics.open_incidents.set(self.store.counts()["open_incidents"])
+        self.metrics.open_incidents.set(self.store.open_incident_count())
         return written
 
     def decide(self, incident: Incident) -> list[AuditRecord]:
@@ -173,19 +175,13 @@ class Engine:
 
         records = []
         new_nodes = frozenset(chosen.excluded_nodes) - carried
-        safety = breaker.check(
-            self.store, incident.cluster, mode, now, self.settings.breaker, cluster_settings.nodes, new_nodes,
-            counts_action=chosen.action != Action.NONE,
-        )  # fmt: skip
+        safety = self._check(incident.cluster, mode, now, new_nodes, counts_action=chosen.action != Action.NONE)
         records.append(base.record(chosen.action, chosen.reason, chosen.excluded_nodes, safety))
         if verdict.implicated and safety.allowed:
             for candidate in isolation.drain_candidates(
                 self.store, incident.cluster, incident.workload, verdict.implicated, now, self.settings.ledger
             ):
-                drain_safety = breaker.check(
-                    self.store, incident.cluster, mode, now, self.settings.breaker, cluster_settings.nodes,
-                    frozenset({candidate.node}), counts_action=True,
-                )  # fmt: skip
+                drain_safety = self._check(incident.cluster, mode, now, frozenset({candidate.node}), counts_action=True)
                 reason = (
                     f"{candidate.node} was implicated by {len(candidate.workloads)} workloads "
                     f"({', '.join(candidate.workloads)}) within {self.settings.ledger.drain_window_s / 3600:g}h"
@@ -207,6 +203,16 @@ class Engine:
             )  # fmt: skip
         return records
 
+    def _check(
+        self, cluster: str, mode: Mode, now: float, new_nodes: frozenset[str], counts_action: bool
+    ) -> BreakerCheck:
+        """The breaker's verdict; a new trip is persisted here, so the breaker itself only reads."""
+        nodes = self.settings.cluster(cluster).nodes
+        verdict = breaker.check(self.store, cluster, mode, now, self.settings.breaker, nodes, new_nodes, counts_action)
+        if verdict.trip is not None:
+            self.store.record_trip(cluster, now, verdict.trip)
+        return verdict
+
     # -- act ------------------------------------------------------------------------------------
 
     def act(self, record: AuditRecord) -> AuditRecord:
@@ -222,18 +228,12 @@ class Engine:
             node=record.node,
         )
         try:
-            if record.action != Action.DRAIN_NODE:
-                seen = self.scheduler.observe(record.cluster, record.workload)
-                if seen.opted_in is False:
-                    record.outcome = "skipped"
-                    record.detail = "the workload has not opted in to trainguard actions; observed only"
-                    self._finish(record)
-                    return record
+            # The adapter takes its own fresh look (opt-in included) and acts on it: nothing is asked twice.
             result = self.scheduler.act(request)
         except SchedulerError as exc:
-            record.outcome, record.detail = "failed", f"scheduler: {exc}"
+            record.outcome, record.detail = Outcome.FAILED, f"scheduler: {exc}"
         else:
-            record.outcome = "done" if result.outcome == "planned" else result.outcome
+            record.outcome = Outcome.DONE if result.outcome == "planned" else Outcome(result.outcome)
             record.detail = result.detail
             record.verified = result.verified
             record.acted_at = _ts(result.acted_at) or self.clock.now()
@@ -276,7 +276,7 @@ class Engine:
                 self._wake.clear()
                 continue
             for record in await to_thread.run_sync(self.decide_due):
-                if record.outcome == "pending":
+                if record.outcome == Outcome.PENDING:
                     self._spawn(record)
 
     def _spawn(self, record: AuditRecord) -> None:
@@ -301,7 +301,7 @@ class _Base:
     """Builds the records of one incident from the parts they share."""
 
     def __init__(
-        self, incident: Incident, alerts: Sequence[StoredAlert], verdict: Verdict, mode: str, now: float
+        self, incident: Incident, alerts: Sequence[StoredAlert], verdict: Verdict, mode: Mode, now: float
     ) -> None:
         self.incident = incident
         self.alerts = alerts
@@ -314,19 +314,19 @@ class _Base:
         action: Action,
         reason: str,
         excluded: tuple[str, ...],
-        safety: breaker.BreakerCheck,
+        safety: BreakerCheck,
         node: str | None = None,
     ) -> AuditRecord:
         inc, verdict = self.incident, self.verdict
         if action == Action.NONE:
-            outcome = "skipped"
+            outcome = Outcome.SKIPPED
         elif not safety.allowed:
-            outcome, reason = "skipped", f"{safety.reason} (wanted: {action.value}, because {reason})"
+            outcome, reason = Outcome.SKIPPED, f"{safety.reason} (wanted: {action.value}, because {reason})"
         else:
-            outcome = "pending" if self.mode == "act" else "planned"
+            outcome = Outcome.PENDING if self.mode == Mode.ACT else Outcome.PLANNED
         return AuditRecord(
             id=new_id("dec"),
-            kind="decision",
+            kind=Kind.DECISION,
             time=self.now,
             cluster=inc.cluster,
             workload=inc.workload,
@@ -337,10 +337,10 @@ class _Base:
             evidence=[a.evidence() for a in self.alerts[:200]],
             failure_class=verdict.failure_class,
             implicated_nodes=[node] if node else list(verdict.implicated),
-            action=action.value,
+            action=action,
             excluded_nodes=list(excluded),
-            mode="act" if self.mode == "act" else "monitor",
-            outcome=outcome,  # type: ignore[arg-type]
+            mode=self.mode,
+            outcome=outcome,
             reason=reason,
             detected_at=min((a.starts_at_ts for a in self.alerts), default=None),
             received_at=min((a.received_at for a in self.alerts), default=None),

@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from responder.attribution import AttemptProgress, Context, RankProgress
-from responder.store import Incident, StoredAlert
+from responder.model import Incident, StoredAlert
 
 log = logging.getLogger(__name__)
 
@@ -27,19 +27,6 @@ _PROGRESS = (
     "trainguard_rank_step|trainguard_rank_last_step_timestamp_seconds|trainguard_rank_step_duration_seconds"
     "|trainguard_rank_process_stuck"
 )
-
-
-class Enricher(Protocol):
-    def context(self, incident: Incident, alerts: Sequence[StoredAlert]) -> Context: ...
-    def close(self) -> None: ...
-
-
-class NoEnrichment:
-    def context(self, incident: Incident, alerts: Sequence[StoredAlert]) -> Context:
-        return Context()
-
-    def close(self) -> None:
-        pass
 
 
 class PrometheusEnricher:

@@ -10,8 +10,19 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from responder.settings import LedgerSettings
-from responder.store import AuditStore
+from pydantic import BaseModel, ConfigDict, Field
+
+from responder.store import LedgerStore
+
+
+class LedgerSettings(BaseModel):
+    """Node reputation across workloads and attempts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    drain_after_workloads: int = Field(2, ge=1, description="recommend drain after this many workloads")
+    drain_window_s: float = Field(86400.0, gt=0, description="...implicated the node within this window")
+    reputation_half_life_s: float = Field(86400.0, gt=0, description="how fast old implications fade")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +31,7 @@ class DrainCandidate:
     workloads: tuple[str, ...]
 
 
-def reputation(store: AuditStore, cluster: str, now: float, ledger: LedgerSettings) -> dict[str, float]:
+def reputation(store: LedgerStore, cluster: str, now: float, ledger: LedgerSettings) -> dict[str, float]:
     """Sum of implication weights per node, each halved every ``reputation_half_life_s``."""
     horizon = now - 10 * ledger.reputation_half_life_s
     scores: dict[str, float] = defaultdict(float)
@@ -29,14 +40,42 @@ def reputation(store: AuditStore, cluster: str, now: float, ledger: LedgerSettin
     return dict(scores)
 
 
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """Where a node stands in the ledger within the drain window."""
+
+    workloads: tuple[str, ...]  # the distinct workloads that implicated it
+    drain_recorded: bool  # a drain_node record was written for it
+    drain_due: bool  # enough workloads blamed it and no drain was recorded yet
+
+    @property
+    def state(self) -> str:
+        """``drain recorded``, ``drain due``, ``watch`` (blamed, not enough yet) or ``faded``."""
+        if self.drain_recorded:
+            return "drain recorded"
+        if self.drain_due:
+            return "drain due"
+        return "watch" if self.workloads else "faded"
+
+
+def standing(
+    store: LedgerStore, cluster: str, node: str, now: float, ledger: LedgerSettings, workload: str | None = None
+) -> Standing:
+    """The node's standing; ``workload``: count this workload's implication too (one being decided)."""
+    since = now - ledger.drain_window_s
+    workloads = store.node_workloads_since(cluster, node, since) | ({workload} if workload else set())
+    drained = store.drain_recorded_since(cluster, node, since)
+    due = len(workloads) >= ledger.drain_after_workloads and not drained
+    return Standing(tuple(sorted(workloads)), drained, due)
+
+
 def drain_candidates(
-    store: AuditStore, cluster: str, workload: str, implicated: tuple[str, ...], now: float, ledger: LedgerSettings
+    store: LedgerStore, cluster: str, workload: str, implicated: tuple[str, ...], now: float, ledger: LedgerSettings
 ) -> list[DrainCandidate]:
     """Implicated nodes that enough distinct workloads blamed within the window (this one included)."""
-    since = now - ledger.drain_window_s
     out = []
     for node in implicated:
-        workloads = store.node_workloads_since(cluster, node, since) | {workload}
-        if len(workloads) >= ledger.drain_after_workloads and not store.drain_recorded_since(cluster, node, since):
-            out.append(DrainCandidate(node, tuple(sorted(workloads))))
+        ranked = standing(store, cluster, node, now, ledger, workload)
+        if ranked.drain_due:
+            out.append(DrainCandidate(node, ranked.workloads))
     return out

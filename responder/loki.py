@@ -17,7 +17,7 @@ line too long, bad labels): it is dropped with ``reason="rejected"``.
 
 Stream labels are few and bounded: ``app``, ``kind`` (``audit``), ``cluster``, ``action``,
 ``mode``, ``failure_class`` and any static labels configured. Workload, nodes, incident and record
-ids go in the JSON line (the full record, CONTRACT §5) and in structured metadata (Loki 3.x).
+ids go in the JSON line (the full record, docs/interfaces.md §5) and in structured metadata (Loki 3.x).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from responder.records import AuditRecord
+from responder.model import AuditRecord
 from trainguard.identity import IdentityError, validate_cluster
 
 log = logging.getLogger(__name__)

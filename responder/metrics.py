@@ -12,7 +12,7 @@ class ResponderMetrics:
         self.registry = registry
         self.notifications = Counter(
             "trainguard_responder_notifications_total",
-            "Alertmanager notifications by result (stored, invalid, too_large, unauthorized, store_error)",
+            "Alertmanager notifications by result (stored, badrequest, unauthorized, payloadtoolarge, store_error)",
             ["result"],
             registry=registry,
         )

@@ -11,9 +11,27 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from responder.attribution import AttemptProgress, Verdict
-from responder.schedulers.base import Action
-from responder.settings import PolicySettings
+from responder.model import Action
+
+
+class PolicySettings(BaseModel):
+    """What to do per verdict. The defaults are the documented policy; override per cluster."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    infra_with_nodes: Action = Field(Action.REQUEUE_EXCLUDING, description="infra fault, nodes blamed")
+    infra_without_nodes: Action = Field(Action.REQUEUE, description="infra fault, no node blamed")
+    unknown: Action = Field(Action.REQUEUE, description="cause unknown")
+    app: Action = Field(Action.STOP, description="the application's own error: retrying cannot help")
+    no_progress: Action = Field(Action.STOP, description="attempts that write no new checkpoint")
+    max_attempts: int = Field(5, ge=1, description="stop a workload that reached this many attempts")
+    no_progress_attempts: int = Field(
+        3, ge=1, description="stop after this many attempts in a row without a new checkpoint (needs Prometheus)"
+    )
+    max_excluded_nodes: int = Field(8, ge=0, description="most nodes excluded from one workload")
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,64 +16,25 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+from responder.breaker import BreakerSettings
 from responder.errors import ConfigError
+from responder.isolation import LedgerSettings
 from responder.loki import LokiSettings
-from responder.schedulers.base import Action
+from responder.model import Mode
+from responder.policy import PolicySettings
+from responder.schedulers.router import SchedulerSettings
 from trainguard.identity import IdentityError, validate_cluster
-
-Mode = Literal["monitor", "act"]
-
-
-class PolicySettings(BaseModel):
-    """What to do per verdict. The defaults are the documented policy; override per cluster."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    infra_with_nodes: Action = Field(Action.REQUEUE_EXCLUDING, description="infra fault, nodes blamed")
-    infra_without_nodes: Action = Field(Action.REQUEUE, description="infra fault, no node blamed")
-    unknown: Action = Field(Action.REQUEUE, description="cause unknown")
-    app: Action = Field(Action.STOP, description="the application's own error: retrying cannot help")
-    no_progress: Action = Field(Action.STOP, description="attempts that write no new checkpoint")
-    max_attempts: int = Field(5, ge=1, description="stop a workload that reached this many attempts")
-    no_progress_attempts: int = Field(
-        3, ge=1, description="stop after this many attempts in a row without a new checkpoint (needs Prometheus)"
-    )
-    max_excluded_nodes: int = Field(8, ge=0, description="most nodes excluded from one workload")
 
 
 class ClusterSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    mode: Mode = Field("monitor", description="initial mode; a mode set through the API is persisted")
+    mode: Mode = Field(Mode.MONITOR, description="initial mode; a mode set through the API is persisted")
     nodes: int | None = Field(None, ge=1, description="cluster size, for the breaker's node share")
     policy: PolicySettings = Field(default_factory=PolicySettings)
-    scheduler: dict[str, Any] | None = Field(
+    scheduler: SchedulerSettings | None = Field(
         None, description="scheduler adapter settings, e.g. {kind: slurm, ...}; none: act mode fails safe"
     )
-
-
-class BreakerSettings(BaseModel):
-    """Blast-radius limits, per cluster (NVSentinel-style circuit breaker)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    window_s: float = Field(600.0, gt=0, description="window over which actions are counted")
-    max_actions: int = Field(20, ge=1, description="most actions per window across workloads")
-    max_node_fraction: float = Field(0.1, gt=0, le=1, description="most share of nodes excluded/drained")
-    max_nodes_without_size: int = Field(4, ge=1, description="node cap when the cluster size is unknown")
-    correlated_workloads: int = Field(3, ge=2, description="this many workloads failing together trips it")
-    correlated_window_s: float = Field(120.0, gt=0, description="...within this many seconds")
-    cooldown_s: float = Field(600.0, ge=0, description="how long a tripped breaker stays open")
-
-
-class LedgerSettings(BaseModel):
-    """Node reputation across workloads and attempts."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    drain_after_workloads: int = Field(2, ge=1, description="recommend drain after this many workloads")
-    drain_window_s: float = Field(86400.0, gt=0, description="...implicated the node within this window")
-    reputation_half_life_s: float = Field(86400.0, gt=0, description="how fast old implications fade")
 
 
 class Settings(BaseSettings):
@@ -90,8 +51,7 @@ class Settings(BaseSettings):
     operator_token_file: Path | None = Field(None, description="file holding the operator token")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest webhook body accepted")
     correlation_window_s: float = Field(1.0, ge=0, le=300, description="gather evidence this long")
-    action_retry_s: float = Field(5.0, gt=0, description="retry a failed scheduler action after this")
-    default_mode: Mode = Field("monitor", description="mode of clusters not listed under clusters")
+    default_mode: Mode = Field(Mode.MONITOR, description="mode of clusters not listed under clusters")
     prometheus_url: str | None = Field(None, description="Prometheus for enrichment; none: alerts only")
     prometheus_timeout_s: float = Field(2.0, gt=0, description="enrichment query timeout")
     clusters: dict[str, ClusterSettings] = Field(default_factory=dict)
@@ -121,6 +81,10 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Flags (init) beat the environment, which beats the YAML file (passed as defaults below).
         return (init_settings, env_settings)
+
+    def schedulers(self) -> dict[str, SchedulerSettings | None]:
+        """Each configured cluster's scheduler settings (``build_schedulers`` takes these)."""
+        return {name: cluster.scheduler for name, cluster in self.clusters.items()}
 
     def cluster(self, name: str) -> ClusterSettings:
         return self.clusters.get(name) or ClusterSettings(mode=self.default_mode)

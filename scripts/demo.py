@@ -15,25 +15,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
+from responder.clock import format_rfc3339 as iso
+from responder.clock import parse_rfc3339
+from trainguard.lab.common import free_port
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from tests.services import free_port  # noqa: E402 - the one free-port helper of the repository
 
 TRAINGUARD = str(Path(sys.executable).parent / "trainguard")
 BOLD, DIM, GREEN, RED, YELLOW, RESET = (
     ("\033[1m", "\033[2m", "\033[32m", "\033[31m", "\033[33m", "\033[0m") if sys.stdout.isatty() else ("",) * 6
 )
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def build_alert(spec: dict[str, Any], scene: dict[str, Any], workload: str) -> dict[str, Any]:
@@ -157,7 +154,7 @@ class Demo:
 
 def record_latency(record: dict[str, Any]) -> str:
     def ts(value: str | None) -> float | None:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+        return parse_rfc3339(value) if value else None
 
     received, decided = ts(record.get("received_at")), ts(record.get("decided_at"))
     if received is None or decided is None:

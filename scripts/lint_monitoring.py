@@ -2,7 +2,7 @@
 
 Runs ``promtool check rules`` on every rule file, ``promtool test rules`` on every test file,
 ``amtool check-config`` on every Alertmanager example, ``promtool check config`` on every Prometheus
-example, and checks that every alert carries the labels and annotations of CONTRACT §3, links to its
+example, and checks that every alert carries the labels and annotations of docs/interfaces.md §3, links to its
 own entry in ``docs/runbook.md``, and is tested at both edges (silent and firing). Exits non-zero
 with one line per problem. Called by ``make lint``.
 """
@@ -21,11 +21,9 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from responder.alerts import CATEGORIES, SEVERITIES
+from trainguard.vocabulary import CATEGORIES, SEVERITIES, runbook_anchor, runbook_url
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNBOOK_BASE = "https://github.com/trainguard/trainguard/blob/main/docs/runbook.md#"
 ANNOTATIONS = ("summary", "description", "runbook_url")
 INSTALL_HINT = "apt-get install prometheus prometheus-alertmanager"
 TOOL_TIMEOUT_S = 120
@@ -70,15 +68,6 @@ class Layout:
     @property
     def runbook(self) -> Path:
         return self.root / "docs" / "runbook.md"
-
-
-def anchor(alertname: str) -> str:
-    """The runbook anchor of an alert: its lower-cased name (a Markdown heading ``## <alertname>``)."""
-    return alertname.lower()
-
-
-def runbook_url(alertname: str) -> str:
-    return RUNBOOK_BASE + anchor(alertname)
 
 
 def _load_yaml(path: Path) -> Any:
@@ -175,7 +164,7 @@ def check_alerts(layout: Layout) -> list[str]:
         url = alert.annotations.get("runbook_url")
         if url and url != runbook_url(alert.name):
             problems.append(f"{where}: runbook_url is {url!r}, expected {runbook_url(alert.name)!r}")
-        if anchor(alert.name) not in anchors:
+        if runbook_anchor(alert.name) not in anchors:
             problems.append(f"{where}: no entry '## {alert.name}' in {layout.runbook.relative_to(layout.root)}")
         cov = coverage.get(alert.name)
         if cov is None:

@@ -12,11 +12,12 @@ from prometheus_client import CollectorRegistry
 from starlette.testclient import TestClient
 
 from responder.app import create_app
-from responder.clock import SystemClock
+from responder.clock import Clock, FakeClock, SystemClock
+from responder.engine import Engine
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import Settings
-from responder.store import SqliteStore
-from tests.services import wait_until
+from responder.store.sqlite import SqliteStore
+from tests.services import LOOPBACK, wait_until
 
 
 @dataclass
@@ -25,6 +26,8 @@ class Responder:
     store: SqliteStore
     scheduler: RecordingScheduler
     registry: CollectorRegistry
+    engine: Engine
+    clock: Clock
 
     def post(self, payload: dict[str, Any], **kwargs: Any) -> Any:
         return self.client.post("/v1/alerts", json=payload, **kwargs)
@@ -39,6 +42,17 @@ class Responder:
         wait_until(lambda: len(self.decisions(**params)) >= count, timeout, what=f"{count} decision(s)")
         return self.decisions(**params)
 
+    def decide_now(self) -> list[dict[str, Any]]:
+        """On a ``FakeClock``: move past the correlation window and decide what is due; the decisions.
+
+        No sleeping and no waiting: what the engine would decide is decided here, so a test can also
+        assert that nothing (more) was decided.
+        """
+        assert isinstance(self.clock, FakeClock), "decide_now needs make_responder(clock=FakeClock())"
+        self.clock.advance(self.engine.settings.correlation_window_s + 1)
+        self.engine.decide_due()
+        return self.decisions()
+
     def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
         value = self.registry.get_sample_value(name, labels or {})
         return 0.0 if value is None else value
@@ -49,18 +63,19 @@ def make_responder(tmp_path: Path) -> Iterator[Callable[..., Responder]]:
     """Build responders on a temp store; ``settings`` keywords override Settings fields."""
     opened: list[tuple[TestClient, SqliteStore]] = []
 
-    def build(scheduler: RecordingScheduler | None = None, **settings: Any) -> Responder:
+    def build(scheduler: RecordingScheduler | None = None, clock: Clock | None = None, **settings: Any) -> Responder:
         values: dict[str, Any] = {"correlation_window_s": 0.2, "db_path": tmp_path / "trainguard.db"}
         values.update(settings)
         config = Settings(**values)
         store = SqliteStore(config.db_path)
         sched = scheduler or RecordingScheduler(outcome="done")
         registry = CollectorRegistry()
-        app = create_app(config, store, sched, SystemClock(), registry=registry)
-        client = TestClient(app)
+        app = create_app(config, store, sched, clock or SystemClock(), registry=registry)
+        client = TestClient(app, client=LOOPBACK)
         client.__enter__()
         opened.append((client, store))
-        return Responder(client, store, sched, registry)
+        svc = app.state.services
+        return Responder(client, store, sched, registry, svc.engine, svc.clock)
 
     yield build
     for client, store in opened:

@@ -36,7 +36,6 @@ import copy
 import importlib
 import itertools
 import json
-import os
 import re
 import threading
 import uuid
@@ -47,7 +46,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
+from responder.clock import format_rfc3339
+from tests.services import unavailable
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 PYTORCHJOB = ("kubeflow.org", "v1", "pytorchjobs")
@@ -65,14 +65,11 @@ def require_module(module: str, package: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        message = f"{module} not importable: pip install {package}"
-        if os.environ.get("TRAINGUARD_REQUIRE_SERVICES") == "1":
-            pytest.fail(message)
-        pytest.skip(message, allow_module_level=True)
+        unavailable(f"{module} not importable: pip install {package}")
 
 
 def ts(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_rfc3339(moment, "seconds")
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from responder.alerts import CATEGORIES
 from tests.services import require_binary
+from trainguard.vocabulary import CATEGORIES
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "alert_rules"

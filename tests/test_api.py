@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from responder.clock import FakeClock
 from tests.conftest import Responder
-from tests.payloads import alert, nccl_storm_with_xid, notification
+from trainguard.lab.payloads import alert, nccl_storm_with_xid, notification
 
 
 def test_storm_of_nccl_timeouts_plus_one_xid_excludes_only_that_host(responder: Responder) -> None:
@@ -45,17 +45,16 @@ def test_oom_on_every_rank_stops_without_blaming_a_node(responder: Responder) ->
     assert decision["excluded_nodes"] == []
 
 
-def test_same_notification_three_times_gives_one_decision(responder: Responder) -> None:
+def test_same_notification_three_times_gives_one_decision(make_responder: Callable[..., Responder]) -> None:
+    responder = make_responder(clock=FakeClock())
     payload = nccl_storm_with_xid(ranks_per_host=2, hosts=2, bad_host="gpu-001")
     bodies = [responder.post(payload).json() for _ in range(3)]
     assert bodies[0]["new"] == 5
     assert bodies[1]["duplicates"] == 5
     assert bodies[2]["duplicates"] == 5
-    responder.wait_decisions()
-    time.sleep(0.5)  # longer than the correlation window: a second decision would have appeared
+    assert len(responder.decide_now()) == 1
     responder.post(payload)  # and once more after the decision
-    time.sleep(0.5)
-    assert len(responder.decisions()) == 1
+    assert len(responder.decide_now()) == 1
     assert responder.metric("trainguard_responder_alerts_received_total", {"outcome": "duplicate"}) == 15
 
 
@@ -64,14 +63,16 @@ def test_same_notification_three_times_gives_one_decision(responder: Responder) 
     [("workload", "12; rm -rf /"), ("host", "n1 && reboot"), ("workload", "$(reboot)"), ("host", "-rf"),
      ("attempt", "0 1"), ("cluster", "lab\nx"), ("host", "n[1-3]")],
 )  # fmt: skip
-def test_hostile_label_values_cause_no_action_and_are_audited(responder: Responder, label: str, value: str) -> None:
+def test_hostile_label_values_cause_no_action_and_are_audited(
+    make_responder: Callable[..., Responder], label: str, value: str
+) -> None:
+    responder = make_responder(clock=FakeClock())
     hostile = alert("TrainguardGpuXid", "infra_gpu", host="gpu-001", rank="0", pattern="xid_79_fallen_off_bus")
     hostile["labels"][label] = value
     response = responder.post(notification([hostile]))
     assert response.status_code == 200
     assert response.json()["rejected"] == 1
-    time.sleep(0.5)
-    assert responder.decisions() == []
+    assert responder.decide_now() == []
     refusals = responder.client.get("/v1/decisions", params={"kind": "refusal"}).json()["decisions"]
     assert len(refusals) == 1
     assert refusals[0]["action"] == "none"
@@ -88,14 +89,15 @@ def test_hostile_alert_does_not_stop_its_valid_siblings(responder: Responder) ->
     assert decision["excluded_nodes"] == ["gpu-001"]
 
 
-def test_other_teams_alerts_are_accepted_and_ignored(responder: Responder) -> None:
+def test_other_teams_alerts_are_accepted_and_ignored(make_responder: Callable[..., Responder]) -> None:
+    responder = make_responder(clock=FakeClock())
     other = {"status": "firing", "labels": {"alertname": "KubePodCrashLooping", "namespace": "web"},
              "annotations": {}, "startsAt": "2026-11-29T10:00:00Z", "endsAt": "0001-01-01T00:00:00Z",
              "generatorURL": "", "fingerprint": "abc123"}  # fmt: skip
     response = responder.post(notification([other]))
     assert response.status_code == 200
     assert response.json()["ignored"] == 1
-    time.sleep(0.4)
+    assert responder.decide_now() == []
     assert responder.client.get("/v1/decisions").json()["count"] == 0
 
 
@@ -175,13 +177,14 @@ def test_act_mode_calls_the_scheduler_once_and_records_done(responder: Responder
     assert request.attempt == "0"
 
 
-def test_late_alerts_join_the_incident_without_a_second_action(responder: Responder) -> None:
+def test_late_alerts_join_the_incident_without_a_second_action(make_responder: Callable[..., Responder]) -> None:
+    responder = make_responder(clock=FakeClock())
     responder.post(nccl_storm_with_xid(ranks_per_host=1, hosts=2, bad_host="gpu-001"))
-    [decision] = responder.wait_decisions()
+    [decision] = responder.decide_now()
+    responder.clock.advance(0.5)  # type: ignore[attr-defined]  # a FakeClock
     late = alert("TrainguardGpuXid", "infra_gpu", host="gpu-002", pattern="xid_48_double_bit_ecc")
     assert responder.post(notification([late])).json()["new"] == 1
-    time.sleep(0.5)
-    assert len(responder.decisions()) == 1
+    assert len(responder.decide_now()) == 1
     full = responder.client.get(f"/v1/decisions/{decision['id']}").json()
     assert [e["labels"]["host"] for e in full["late_evidence"]] == ["gpu-002"]
 
@@ -264,7 +267,7 @@ def test_store_failure_is_a_503_so_alertmanager_resends(tmp_path: Path) -> None:
     from responder.clock import SystemClock  # noqa: PLC0415
     from responder.schedulers.recording import RecordingScheduler  # noqa: PLC0415
     from responder.settings import Settings  # noqa: PLC0415
-    from responder.store import SqliteStore  # noqa: PLC0415
+    from responder.store.sqlite import SqliteStore  # noqa: PLC0415
 
     class FullDisk(SqliteStore):
         def ingest(self, *args: object, **kwargs: object) -> Any:

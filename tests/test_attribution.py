@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from responder.attribution import Context, RankProgress, attribute
-from responder.store import StoredAlert
+from responder.model import StoredAlert
 
 
 def _a(category: str, host: str | None = None, rank: str | None = None, pattern: str = "p") -> StoredAlert:

@@ -11,9 +11,9 @@ import pytest
 
 from responder.errors import ConfigError
 from responder.settings import load_settings
-from tests.payloads import nccl_storm_with_xid
-from tests.server import TRAINGUARD, ServerProcess
 from tests.services import wait_until
+from trainguard.lab.payloads import nccl_storm_with_xid
+from trainguard.lab.server import TRAINGUARD, ServerProcess
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -23,9 +23,9 @@ from responder.app import create_app
 from responder.clock import SystemClock
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import ClusterSettings, Settings
-from responder.store import SqliteStore
-from tests import payloads
-from tests.services import wait_until
+from responder.store.sqlite import SqliteStore
+from tests.services import LOOPBACK, wait_until
+from trainguard.lab import payloads
 
 OPERATOR_TOKEN = "op-s3cret"
 
@@ -69,7 +69,7 @@ class Console:
 def console(tmp_path: Path) -> Iterator[Console]:
     settings = lab_settings(tmp_path / "trainguard.db", operator_token=OPERATOR_TOKEN)
     store = SqliteStore(settings.db_path)
-    with TestClient(console_app(settings, store), follow_redirects=False) as client:
+    with TestClient(console_app(settings, store), follow_redirects=False, client=LOOPBACK) as client:
         c = Console(client, store)
 
         def decisions() -> list[dict[str, Any]]:
@@ -195,7 +195,7 @@ def test_without_operator_token_the_loopback_rule_applies(tmp_path: Path) -> Non
     settings = lab_settings(tmp_path / "trainguard.db")
     store = SqliteStore(settings.db_path)
     try:
-        with TestClient(console_app(settings, store), follow_redirects=False) as client:
+        with TestClient(console_app(settings, store), follow_redirects=False, client=LOOPBACK) as client:
             page = client.get("/console").text
             assert 'name="token"' not in page
             assert "loopback" in page

@@ -29,7 +29,7 @@ import httpx
 import pytest
 import uvicorn
 
-from responder.store import SqliteStore
+from responder.store.sqlite import SqliteStore
 from tests.services import free_port, require_binary, wait_until
 from tests.test_console import OPERATOR_TOKEN, console_app, lab_settings, seed
 

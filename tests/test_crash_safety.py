@@ -15,10 +15,10 @@ from responder.engine import Engine
 from responder.metrics import ResponderMetrics
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import Settings
-from responder.store import SqliteStore
-from tests.payloads import nccl_storm_with_xid
-from tests.server import ServerProcess
+from responder.store.sqlite import SqliteStore
 from tests.services import wait_until
+from trainguard.lab.payloads import nccl_storm_with_xid
+from trainguard.lab.server import ServerProcess
 
 
 def _records(db: Path) -> list[tuple[str, str]]:

@@ -28,7 +28,7 @@ from dashboards.grafana import Json, targets_of
 from responder.loki import LokiMetrics
 from responder.metrics import ResponderMetrics
 from tests.services import free_port, require_binary, wait_until
-from tests.stack import Service, http_get, start_prometheus
+from trainguard.lab.stack import Service, http_get, start_prometheus
 
 pytestmark = pytest.mark.prometheus
 

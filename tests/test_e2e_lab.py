@@ -10,15 +10,15 @@ as a rank's real output must lead to the decision its class calls for.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from scripts.lab.faults import CORPUS_PREFIX, FAULTS, Fault, TrialResult, fault_named, load_corpus_case, run_trial
-from scripts.lab.stackup import Lab, LabError, missing_requirements
+from tests.services import unavailable
+from trainguard.lab.faults import CORPUS_PREFIX, FAULTS, Fault, TrialResult, fault_named, load_corpus_case, run_trial
+from trainguard.lab.slurm import Lab, LabError, missing_requirements
 
 pytestmark = pytest.mark.e2e
 
@@ -26,10 +26,7 @@ pytestmark = pytest.mark.e2e
 def test_gpu_fault_is_detected_isolated_and_training_resumes_elsewhere() -> None:
     missing = missing_requirements()
     if missing:
-        message = "the lab needs: " + "; ".join(missing)
-        if os.environ.get("TRAINGUARD_REQUIRE_SERVICES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("the lab needs: " + "; ".join(missing))
     root = Path(tempfile.mkdtemp(prefix="trainguard-e2e-"))
     lab = Lab(root, port_base=19600, say=lambda message: None)
     with lab.running():
@@ -53,7 +50,7 @@ def test_gpu_fault_is_detected_isolated_and_training_resumes_elsewhere() -> None
 # Real failure logs from tests/data/corpus/*.jsonl, one per signature family, whose lines the current
 # catalog (exporters/patterns.csv) names correctly: each is replayed as the target rank's own output (or,
 # for a kernel-log excerpt, into its node's kernel log), with the excerpt's host and rank tokens renamed to
-# the lab's. The expected action follows from the case's class (scripts/lab/faults.py: CORPUS_EXPECTED).
+# the lab's. The expected action follows from the case's class (trainguard/lab/faults.py: CORPUS_EXPECTED).
 CORPUS_CASES = {
     # case id: (family, the catalog row that must name it, failure class of the decision)
     "net-001": ("ib_completion", "ib_completion_error", "infra"),  # NCCL NET/IB completion error, status=12
@@ -66,10 +63,7 @@ CORPUS_CASES = {
 def test_real_failure_logs_replayed_in_the_lab_lead_to_the_right_decision() -> None:
     missing = missing_requirements()
     if missing:
-        message = "the lab needs: " + "; ".join(missing)
-        if os.environ.get("TRAINGUARD_REQUIRE_SERVICES") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("the lab needs: " + "; ".join(missing))
     faults: dict[str, Fault] = {}
     for case_id, (family, _, _) in CORPUS_CASES.items():
         try:

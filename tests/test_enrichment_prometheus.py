@@ -12,9 +12,9 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from responder.attribution import attribute
 from responder.enrichment import PrometheusEnricher
-from responder.store import Incident, StoredAlert
+from responder.model import Incident, StoredAlert
 from tests.services import free_port, require_binary
-from tests.stack import Service, poll, query, start_prometheus
+from trainguard.lab.stack import Service, poll, query, start_prometheus
 
 pytestmark = pytest.mark.prometheus
 IDENTITY = ["cluster", "workload", "scheduler", "attempt", "rank", "host"]

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from responder.schedulers.jobset import JobSetSettings
-from responder.schedulers.kubernetes import PERMISSIONS
-from responder.schedulers.pytorchjob import PyTorchJobSettings
+from responder.schedulers.kubernetes.api import PERMISSIONS
+from responder.schedulers.kubernetes.jobset import JobSetSettings
+from responder.schedulers.kubernetes.pytorchjob import PyTorchJobSettings
 from responder.settings import Settings
 from tests.fake_k8s import require_module
 

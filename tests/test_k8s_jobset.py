@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from responder.schedulers.base import Action, ActionRequest, SchedulerError, WorkloadState
-from responder.schedulers.jobset import JobSetScheduler, JobSetSettings
-from responder.schedulers.kubernetes import KubeRequestMetrics
+from responder.model import Action
+from responder.schedulers.base import ActionRequest, SchedulerError, WorkloadState
+from responder.schedulers.kubernetes.api import KubeRequestMetrics
+from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings
 from tests.fake_k8s import FakeKube, FakeServer, require_module, serve
 
 require_module("kubernetes", "'trainguard[k8s]' (the kubernetes client)")

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from responder.schedulers.base import Action, ActionRequest, WorkloadState
-from responder.schedulers.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings
+from responder.model import Action
+from responder.schedulers.base import ActionRequest, WorkloadState
+from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings
 from tests.fake_k8s import FakeKube, FakeServer, require_module, serve
 
 require_module("kubernetes", "'trainguard[k8s]' (the kubernetes client)")

@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from responder.schedulers.base import Action, ActionRequest
-from responder.schedulers.jobset import JobSetScheduler, JobSetSettings
-from responder.schedulers.kubernetes import PERMISSIONS, KubeWorkloadScheduler
-from responder.schedulers.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings
+from responder.model import Action
+from responder.schedulers.base import ActionRequest
+from responder.schedulers.kubernetes.api import PERMISSIONS
+from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings
+from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings
+from responder.schedulers.kubernetes.workload import KubeWorkloadScheduler
 from tests.fake_k8s import FakeKube, FakeServer, require_module, serve
 
 require_module("kubernetes", "'trainguard[k8s]' (the kubernetes client)")

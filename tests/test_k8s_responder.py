@@ -20,14 +20,14 @@ from starlette.testclient import TestClient
 
 from responder.app import create_app
 from responder.clock import SystemClock
-from responder.schedulers.jobset import JobSetScheduler, JobSetSettings
-from responder.schedulers.pytorchjob import PyTorchJobScheduler
+from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings
+from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler
 from responder.schedulers.router import ClusterSchedulers, build_schedulers
 from responder.settings import Settings
-from responder.store import SqliteStore
+from responder.store.sqlite import SqliteStore
 from tests.fake_k8s import FakeKube, FakeServer, require_module, serve
-from tests.payloads import alert, notification
-from tests.services import wait_until
+from tests.services import LOOPBACK, wait_until
+from trainguard.lab.payloads import alert, notification
 
 require_module("kubernetes", "'trainguard[k8s]' (the kubernetes client)")
 
@@ -66,7 +66,7 @@ def test_an_xid_alert_ends_in_a_verified_restart_away_from_the_node(
         alert("TrainguardNcclTimeout", "collective_timeout", host=h, rank=r, pattern="nccl_watchdog_timeout", **labels)
         for h, r in (("gpu-1", "0"), ("gpu-2", "1"))
     ]
-    with TestClient(app) as client:
+    with TestClient(app, client=LOOPBACK) as client:
         assert client.post("/v1/alerts", json=notification(alerts)).status_code == 200
 
         def done() -> list[dict[str, Any]]:
@@ -134,7 +134,7 @@ def test_the_router_builds_both_adapters_from_the_configuration(server: FakeServ
         }
     )
     registry = CollectorRegistry()
-    schedulers = build_schedulers(settings, registry)
+    schedulers = build_schedulers(settings.schedulers(), registry)
     jobset, pytorchjob = schedulers.adapters["a"], schedulers.adapters["b"]
     assert isinstance(jobset, JobSetScheduler)
     assert isinstance(pytorchjob, PyTorchJobScheduler)

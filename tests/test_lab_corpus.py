@@ -1,4 +1,4 @@
-"""The lab's corpus replay (scripts/lab/faults.py), without the lab: which tokens are renamed, where an
+"""The lab's corpus replay (trainguard/lab/faults.py), without the lab: which tokens are renamed, where an
 excerpt goes, what each class expects. Cases are written inline so this runs without the corpus files."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.lab.faults import CorpusCase, corpus_fault, fault_named, is_kernel_log, load_corpus_case
-from scripts.lab.stackup import LabError
+from trainguard.lab.faults import CorpusCase, corpus_fault, fault_named, is_kernel_log, load_corpus_case
+from trainguard.lab.slurm import LabError
 
 NCCL_IB = (
     "kp-ddp-worker-0:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer "

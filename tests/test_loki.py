@@ -23,11 +23,10 @@ from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from responder.loki import BASE_LABELS, INVALID_CLUSTER, LokiMirror, LokiSettings, entry_for
-from responder.records import AuditRecord, new_id
-from responder.settings import Settings
-from tests import payloads
+from responder.model import AuditRecord, new_id
 from tests.conftest import Responder
 from tests.services import wait_until
+from trainguard.lab import payloads
 
 LOKI = "http://loki.test:3100"
 PUSH = f"{LOKI}/loki/api/v1/push"
@@ -372,7 +371,7 @@ def test_engine_sink_mirrors_decisions_of_a_real_incident(
     mirror = LokiMirror(LokiSettings(url=LOKI, **FAST), tmp_path / "spool", responder.registry)
     mirror.start()
     try:
-        responder.client.app.state.engine.sinks.append(mirror.submit)  # type: ignore[attr-defined]
+        responder.client.app.state.services.engine.sinks.append(mirror.submit)  # type: ignore[attr-defined]
         assert responder.post(payloads.nccl_storm_with_xid()).status_code == 200
         decisions = responder.wait_decisions(1)
         assert mirror.wait_idle(5)
@@ -389,12 +388,7 @@ def test_engine_sink_mirrors_decisions_of_a_real_incident(
 def test_settings_loki_field_wires_the_mirror(
     respx_mock: respx.MockRouter, make_responder: Callable[..., Responder]
 ) -> None:
-    """With ``loki:`` in the settings, create_app mirrors every decision (Loki mocked with respx: it cannot run here).
-
-    Skips until ``Settings.loki`` and the app wiring exist (see docs/loki.md, "Wiring").
-    """
-    if "loki" not in Settings.model_fields:
-        pytest.skip("Settings has no loki field yet: the mirror is not wired into create_app")
+    """With ``loki:`` in the settings, create_app mirrors every decision (Loki is mocked with respx)."""
     route = respx_mock.post(PUSH).mock(return_value=httpx.Response(204))
     responder = make_responder(loki={"url": LOKI, **FAST})
     assert responder.post(payloads.nccl_storm_with_xid()).status_code == 200

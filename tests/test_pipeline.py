@@ -1,6 +1,6 @@
 """The real detection path: exporter series -> Prometheus (fast profile rules) -> Alertmanager -> webhook.
 
-The receiver is the recording Starlette receiver of tests/stack.py (``trainguard serve`` was not
+The receiver is the recording Starlette receiver of trainguard/lab/stack.py (``trainguard serve`` was not
 available when this was written); it checks the bearer token Alertmanager reads from its file.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.services import require_binary, wait_until
-from tests.stack import LabExporter, Received, Stack, pipeline
+from trainguard.lab.stack import LabExporter, Received, Stack, pipeline, xid_alert_labels
 
 pytestmark = pytest.mark.prometheus
 
@@ -68,18 +68,7 @@ def test_faults_arrive_as_alerts_with_contract_labels(stack: Stack) -> None:
     assert log.t_recv - t_log < SLACK_S
 
     xid = _wait(stack, SLACK_S, alertname="TrainguardGpuXid")
-    assert xid.labels == {
-        "alertname": "TrainguardGpuXid",
-        **IDENT,
-        "host": "gpu-002",
-        "Hostname": "gpu-002",
-        "gpu": "0",
-        "UUID": "GPU-gpu-002-0",
-        "xid": "79",
-        "pattern": "xid_79",
-        "category": "infra_gpu",
-        "severity": "critical",
-    }
+    assert xid.labels == xid_alert_labels(IDENT, "gpu-002")
     assert xid.t_recv - t_xid < SLACK_S
 
     crash = _wait(stack, HEARTBEAT_TIMEOUT_S + SLACK_S, alertname="TrainguardRankCrashed")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.services import require_binary, wait_until
-from tests.stack import LabExporter, Stack, decisions, pipeline, responder_available
+from trainguard.lab.stack import LabExporter, Stack, decisions, pipeline, responder_available, xid_alert_labels
 
 pytestmark = pytest.mark.prometheus
 
@@ -63,19 +63,7 @@ def test_xid_on_a_node_excludes_it_and_an_application_error_does_not(stack: Stac
     assert "xid_79" in infra["patterns"]
     evidence = [e["labels"] for e in infra["evidence"] if e["labels"].get("alertname") == "TrainguardGpuXid"]
     assert evidence
-    assert evidence[0] == {
-        "alertname": "TrainguardGpuXid",
-        **IDENT,
-        "workload": "77",
-        "host": "gpu-002",
-        "Hostname": "gpu-002",
-        "gpu": "0",
-        "UUID": "GPU-gpu-002-0",
-        "xid": "79",
-        "pattern": "xid_79",
-        "category": "infra_gpu",
-        "severity": "critical",
-    }
+    assert evidence[0] == xid_alert_labels({**IDENT, "workload": "77"}, "gpu-002")
 
     app = _decision(stack, "88", SLACK_S)
     assert app["failure_class"] == "app"

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from responder.attribution import Verdict
-from responder.policy import plan
-from responder.schedulers.base import Action
-from responder.settings import PolicySettings
+from responder.model import Action
+from responder.policy import PolicySettings, plan
 
 
 def _v(cls: str, implicated: tuple[str, ...] = (), categories: frozenset[str] = frozenset()) -> Verdict:

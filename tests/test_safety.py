@@ -10,14 +10,16 @@ from prometheus_client import CollectorRegistry
 
 from responder import isolation
 from responder.alerts import Notification
+from responder.breaker import BreakerSettings
 from responder.clock import FakeClock
 from responder.engine import Engine
+from responder.isolation import LedgerSettings
 from responder.metrics import ResponderMetrics
-from responder.records import AuditRecord
+from responder.model import AuditRecord
 from responder.schedulers.recording import RecordingScheduler
-from responder.settings import BreakerSettings, ClusterSettings, LedgerSettings, Settings
-from responder.store import SqliteStore
-from tests.payloads import alert, notification
+from responder.settings import ClusterSettings, Settings
+from responder.store.sqlite import SqliteStore
+from trainguard.lab.payloads import alert, notification
 
 
 class Harness:

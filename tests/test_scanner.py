@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporters.catalog import CatalogError, parse_catalog
+from exporters.catalog import parse_catalog
 from exporters.engines import hyperscan_available, validate
 from exporters.events import Finding
 from exporters.exporter import Exporter, ExporterConfig
 from exporters.patterns import Matcher, StreamScanner, load_catalog
 from exporters.patterns_cli import scan_stream
+from exporters.rows import CatalogError
 from exporters.tokens import line_tokens, pci_bus_id
 from exporters.unknown import mine, render
 from exporters.unwrap import Unwrapper

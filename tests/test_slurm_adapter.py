@@ -14,11 +14,13 @@ from types import ModuleType
 import pytest
 from prometheus_client import CollectorRegistry
 
-from responder.schedulers.base import Action, ActionRequest, Scheduler, SchedulerError, WorkloadState
-from responder.schedulers.slurm import SlurmScheduler, SlurmSettings
-from responder.schedulers.slurm_cli import CommandResult, SlurmCommandMetrics, Transport
-from responder.slurm_collector import SlurmCollector
-from responder.watchdog import release_stale_holds
+from responder.model import Action
+from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError, WorkloadState
+from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.collector import SlurmCollector
+from responder.schedulers.slurm.commands import CommandResult, SlurmCommandMetrics, Transport
+from responder.schedulers.slurm.settings import SlurmSettings
+from responder.schedulers.slurm.watchdog import release_stale_holds
 
 DATA = Path(__file__).parent / "data" / "slurm"
 ROOT = Path(__file__).parent.parent

@@ -12,11 +12,9 @@ import argparse
 import io
 import json
 import os
-import random
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,38 +27,21 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from responder import watchdog
-from responder.schedulers.base import Action, ActionRequest, WorkloadState
-from responder.schedulers.slurm import SlurmScheduler, SlurmSettings
-from responder.schedulers.slurm_cli import CommandResult
-from responder.slurm_collector import SlurmCollector
+from responder.model import Action
+from responder.schedulers.base import ActionRequest, WorkloadState
+from responder.schedulers.slurm import watchdog
+from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.collector import SlurmCollector
+from responder.schedulers.slurm.commands import CommandResult
+from responder.schedulers.slurm.settings import SlurmSettings
 from tests.services import free_port, require_binary, require_root, wait_until
+from trainguard.lab.common import HEARTBEAT_JOB, free_port_block, heartbeats
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
 
 ROOT = Path(__file__).parent.parent
 LAB = ROOT / "slurm" / "lab.sh"
 FORCED = ROOT / "slurm" / "trainguard_ssh_command.py"
-
-JOB_SCRIPT = """#!/bin/bash
-srun bash -c 'd={hb}/$SLURM_JOB_ID; mkdir -p $d
-while :; do echo "${{SLURM_RESTART_COUNT:-0}} $(date +%s.%N)" > $d/$SLURMD_NODENAME.tmp
-  mv $d/$SLURMD_NODENAME.tmp $d/$SLURMD_NODENAME; sleep 0.5; done'
-"""
-
-
-def _free_port_block(count: int) -> int:
-    """A base port B such that B+1..B+count are free now."""
-    for _ in range(50):
-        base = random.randint(21000, 39000)
-        try:
-            for port in range(base + 1, base + count + 1):
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                    s.bind(("0.0.0.0", port))
-        except OSError:
-            continue
-        return base
-    pytest.fail("no block of free ports")
 
 
 @dataclass
@@ -81,7 +62,7 @@ class Lab:
 
     def submit(self, nodes: int, *extra: str) -> str:
         script = self.dir / "jobs" / "hb.sh"
-        script.write_text(JOB_SCRIPT.format(hb=self.dir / "hb"), encoding="utf-8")
+        script.write_text(HEARTBEAT_JOB.format(hb=self.dir / "hb", interval=0.5), encoding="utf-8")
         out = self.sh(
             "sbatch", "--parsable", f"-N{nodes}", "--ntasks-per-node=1", "--requeue", "--open-mode=append",
             "--comment=trainguard:policy=default", f"-o{self.dir}/jobs/%j.out", f"-D{self.dir}/jobs",
@@ -91,17 +72,7 @@ class Lab:
 
     def heartbeats(self, job: str, attempt: int, since: float) -> set[str]:
         """Nodes whose task of ``attempt`` wrote a heartbeat after ``since``."""
-        found = set()
-        for f in (self.dir / "hb" / job).glob("n*"):
-            if f.suffix:
-                continue
-            try:
-                count, ts = f.read_text(encoding="utf-8").split()
-            except (OSError, ValueError):
-                continue
-            if int(count) == attempt and float(ts) > since:
-                found.add(f.name)
-        return found
+        return heartbeats(self.dir / "hb", job, attempt, since)
 
     def cancel(self, job: str) -> None:
         self.sh("scancel", job, check=False)
@@ -119,7 +90,7 @@ def lab() -> Iterator[Lab]:
         **os.environ,
         "SLURM_LAB_DIR": str(directory),
         "SLURM_LAB_CTLD_PORT": str(free_port()),
-        "SLURM_LAB_NODE_PORT_BASE": str(_free_port_block(4)),
+        "SLURM_LAB_NODE_PORT_BASE": str(free_port_block(4)),
         "SLURM_CONF": str(directory / "etc" / "slurm.conf"),
         "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin",
     }
@@ -245,9 +216,11 @@ def test_stop(lab: Lab) -> None:
 
 KILLED_RESPONDER = """
 import os, signal, sys
-from responder.schedulers.base import Action, ActionRequest
-from responder.schedulers.slurm import SlurmScheduler, SlurmSettings
-from responder.schedulers.slurm_cli import SubprocessRunner
+from responder.model import Action
+from responder.schedulers.base import ActionRequest
+from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.settings import SlurmSettings
+from responder.schedulers.slurm.commands import SubprocessRunner
 
 inner = SubprocessRunner()
 def runner(argv, timeout):

@@ -8,16 +8,15 @@ from pathlib import Path
 import pytest
 
 from responder.schedulers.base import WorkloadState
-from responder.schedulers.slurm_parse import (
-    Marker,
+from responder.schedulers.slurm.exclusions import plan_exclusions
+from responder.schedulers.slurm.marker import Marker, parse_marker
+from responder.schedulers.slurm.parse import (
     SlurmParseError,
     expand_hostlist,
     job_state,
     parse_job,
-    parse_marker,
     parse_sinfo_json,
     parse_squeue_json,
-    plan_exclusions,
 )
 
 DATA = Path(__file__).parent / "data" / "slurm"

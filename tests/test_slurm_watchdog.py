@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from responder import watchdog
+from responder.schedulers.slurm import watchdog
 
 ROOT = Path(__file__).parent.parent
 

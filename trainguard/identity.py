@@ -1,4 +1,4 @@
-"""Strict validation of identity label values (CONTRACT §1).
+"""Strict validation of identity label values (docs/interfaces.md §1).
 
 Label values travel from training logs through Prometheus and Alertmanager to the responder and,
 eventually, into scheduler commands. They are untrusted all the way. Every value is checked against

@@ -12,25 +12,16 @@ crash without requeueing twice.
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeVar, runtime_checkable
 
+from responder.model import Action
 from trainguard.identity import IdentityError, validate_cluster, validate_host, validate_workload
-
-
-class Action(StrEnum):
-    """Actions of CONTRACT §5, plus ``resume_node`` (the operator's undo of ``drain_node``)."""
-
-    REQUEUE = "requeue"
-    REQUEUE_EXCLUDING = "requeue_excluding"
-    STOP = "stop"
-    HOLD = "hold"
-    RELEASE = "release"
-    DRAIN_NODE = "drain_node"
-    RESUME_NODE = "resume_node"
-    NONE = "none"
 
 
 class WorkloadState(StrEnum):
@@ -128,3 +119,61 @@ class Scheduler(Protocol):
     def observe(self, cluster: str, workload: str) -> WorkloadObservation:
         """A fresh look at one workload; ``WorkloadState.UNKNOWN`` when the scheduler cannot tell."""
         ...
+
+
+_T = TypeVar("_T")
+_log = logging.getLogger(__name__)
+
+
+def act_frame(
+    request: ActionRequest,
+    refusal: str | None,
+    scheduler: str,
+    unit: str,
+    node_action: Callable[[ActionRequest], ActionResult],
+    workload_action: Callable[[ActionRequest], ActionResult],
+) -> ActionResult:
+    """What every adapter's ``act`` does around its own work: refuse a bad request before any ``unit``
+    (command, request) is sent, dispatch node and workload actions, and turn a ``SchedulerError`` into a
+    failed result."""
+    if refusal is not None:
+        _log.warning("refused %s for %s: %s", request.action, request.workload, refusal)
+        return ActionResult("failed", f"refused before any {unit}: {refusal}")
+    try:
+        if request.action in (Action.DRAIN_NODE, Action.RESUME_NODE):
+            return node_action(request)
+        if request.action is Action.NONE:
+            return ActionResult("skipped", "action none: nothing to do")
+        return workload_action(request)
+    except SchedulerError as exc:
+        return ActionResult("failed", f"{scheduler}: {exc}")
+
+
+def poll(
+    read: Callable[[], _T],
+    ok: Callable[[_T], bool],
+    timeout_s: float,
+    interval_s: float,
+    sleep: Callable[[float], None],
+) -> tuple[bool, _T]:
+    """Fresh reads until ``ok`` or the deadline: (confirmed, the last read). How every adapter verifies."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = read()
+        if ok(value):
+            return True, value
+        if time.monotonic() >= deadline:
+            return False, value
+        sleep(interval_s)
+
+
+def first_fresh(
+    read: Callable[[], _T | None],
+    ok: Callable[[_T], bool],
+    timeout_s: float,
+    interval_s: float,
+    sleep: Callable[[float], None],
+) -> _T | None:
+    """``poll`` for an object that may be absent: the first read that exists and is ``ok``, else None."""
+    confirmed, value = poll(read, lambda v: v is not None and ok(v), timeout_s, interval_s, sleep)
+    return value if confirmed else None

@@ -1,7 +1,8 @@
 """A scheduler that records what it is asked and touches nothing.
 
-Monitor mode routes every planned action here, so a dry run truly writes nothing to a scheduler;
-tests use it to assert exactly which actions the core asked for.
+Tests use it to assert exactly which actions the engine asked for, and ``{kind: recording}`` gives a
+demo cluster whose actions are recorded as done. (Monitor mode needs no such stand-in: the engine
+calls no scheduler at all there.)
 """
 
 from __future__ import annotations
@@ -9,8 +10,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from responder.schedulers.base import ActionRequest, ActionResult, WorkloadObservation, WorkloadState
+
+
+class RecordingSettings(BaseModel):
+    """``{kind: recording}``: a cluster whose actions are recorded as done and touch nothing (demos, tests)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["recording"] = "recording"
 
 
 class RecordingScheduler:

@@ -7,12 +7,26 @@ clear reason (and are audited), they are never silently dropped.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Annotated
 
 from prometheus_client import CollectorRegistry
+from pydantic import Field
 
 from responder.schedulers.base import ActionRequest, ActionResult, Scheduler, SchedulerError, WorkloadObservation
-from responder.schedulers.recording import RecordingScheduler
-from responder.settings import Settings
+from responder.schedulers.kubernetes.api import KubeRequestMetrics
+from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings
+from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings
+from responder.schedulers.recording import RecordingScheduler, RecordingSettings
+from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.collector import SlurmCollector
+from responder.schedulers.slurm.commands import SlurmCommandMetrics
+from responder.schedulers.slurm.settings import SlurmSettings
+
+# ``clusters.<name>.scheduler``: one adapter's settings, chosen by ``kind``. A bad value is reported with
+# its whole key path (``clusters.lab.scheduler.slurm.transport``).
+SchedulerSettings = Annotated[
+    RecordingSettings | SlurmSettings | JobSetSettings | PyTorchJobSettings, Field(discriminator="kind")
+]
 
 
 class ClusterSchedulers:
@@ -34,48 +48,38 @@ class ClusterSchedulers:
         return self._for(cluster).observe(cluster, workload)
 
 
-def build_schedulers(settings: Settings, registry: CollectorRegistry | None = None) -> ClusterSchedulers:
-    """Adapters from ``clusters.<name>.scheduler`` ({kind: slurm|jobset|pytorchjob|recording, ...}).
+def build_schedulers(
+    clusters: Mapping[str, SchedulerSettings | None], registry: CollectorRegistry | None = None
+) -> ClusterSchedulers:
+    """One adapter per cluster from its ``clusters.<name>.scheduler`` settings (none: not acted on).
 
     With a ``registry``, each adapter's command counters and the scheduler's own view (Slurm: job
-    and node states of watched workloads) are exported with the responder's metrics.
+    and node states of watched workloads) are exported with the responder's metrics. An adapter's
+    ``cluster`` defaults to the name it is configured under.
     """
     adapters: dict[str, Scheduler] = {}
     slurm_metrics = None
     kube_metrics = None
-    for name, cluster in settings.clusters.items():
-        if cluster.scheduler is None:
+    for name, config in clusters.items():
+        if config is None:
             continue
-        config = dict(cluster.scheduler)
-        kind = config.pop("kind", None)
-        if kind == "recording":
+        if isinstance(config, RecordingSettings):
             adapters[name] = RecordingScheduler(outcome="done")
-        elif kind == "slurm":
-            from responder.schedulers.slurm import SlurmScheduler, SlurmSettings  # noqa: PLC0415
-            from responder.schedulers.slurm_cli import SlurmCommandMetrics  # noqa: PLC0415
-            from responder.slurm_collector import SlurmCollector  # noqa: PLC0415
-
+            continue
+        if config.cluster is None:
+            config = config.model_copy(update={"cluster": name})  # noqa: PLW2901 - the named copy
+        if isinstance(config, SlurmSettings):
             if registry is not None and slurm_metrics is None:
                 slurm_metrics = SlurmCommandMetrics(registry)
-            adapter = SlurmScheduler(SlurmSettings(**{"cluster": name, **config}), metrics=slurm_metrics)
+            adapter = SlurmScheduler(config, metrics=slurm_metrics)
             adapters[name] = adapter
             if registry is not None:
                 registry.register(SlurmCollector(adapter, name))
-        elif kind in ("jobset", "pytorchjob"):
-            from responder.schedulers.jobset import JobSetScheduler, JobSetSettings  # noqa: PLC0415
-            from responder.schedulers.kubernetes import KubeRequestMetrics  # noqa: PLC0415
-            from responder.schedulers.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings  # noqa: PLC0415
-
-            if kube_metrics is None:
-                kube_metrics = KubeRequestMetrics(registry)
-            if kind == "jobset":
-                adapters[name] = JobSetScheduler(JobSetSettings(**{"cluster": name, **config}), metrics=kube_metrics)
-            else:
-                adapters[name] = PyTorchJobScheduler(
-                    PyTorchJobSettings(**{"cluster": name, **config}), metrics=kube_metrics
-                )
+            continue
+        if kube_metrics is None:
+            kube_metrics = KubeRequestMetrics(registry)
+        if isinstance(config, JobSetSettings):
+            adapters[name] = JobSetScheduler(config, metrics=kube_metrics)
         else:
-            raise ValueError(
-                f"clusters.{name}.scheduler.kind: {kind!r} is not one of: slurm, jobset, pytorchjob, recording"
-            )
+            adapters[name] = PyTorchJobScheduler(config, metrics=kube_metrics)
     return ClusterSchedulers(adapters)

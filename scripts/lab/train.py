@@ -5,7 +5,7 @@ random regression; gradients are averaged with all_reduce every step; rank 0 wri
 checkpoint every ``--ckpt-every`` steps and the job resumes from the newest one after a requeue. The
 trainguard progress hook reports each step and checkpoint.
 
-Faults are injected from outside (scripts/lab/faults.py), through signals and through control files
+Faults are injected from outside (trainguard/lab/faults.py), through signals and through control files
 in ``--control-dir`` that the loop reads once per step:
 
   slow-r<R>        rank R sleeps this many extra seconds per step (a straggler)

@@ -26,11 +26,7 @@ from typing import Any
 import httpx
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from tests.stack import (  # noqa: E402 - the lab reuses the tests' Prometheus/Alertmanager launchers
+from trainguard.lab.stack import (
     RESEND_DELAY,
     Service,
     StackError,
@@ -42,6 +38,7 @@ from tests.stack import (  # noqa: E402 - the lab reuses the tests' Prometheus/A
     wait_first_scrape,
 )
 
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: the lab runs slurm/lab.sh and scripts/lab/
 BIN = Path(sys.executable).parent
 TRAINGUARD = str(BIN / "trainguard")
 NODES = ("n1", "n2", "n3", "n4")

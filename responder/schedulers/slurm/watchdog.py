@@ -10,8 +10,8 @@ It needs nothing of the responder: no database, no HTTP, only Slurm. Jobs held b
 no mark and are never touched; an operator who wants to keep a trainguard hold removes the mark
 (``scontrol update JobId=N AdminComment=``).
 
-Every release is audited as one JSON line (CONTRACT §5 fields) on stdout and, with ``--audit-log``,
-appended to a file.
+Every release is audited as one JSON line on stdout and, with ``--audit-log``, appended to a file: an
+``AuditRecord`` (docs/interfaces.md §5), the same shape the responder writes, with ``actor: watchdog``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import signal
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,17 +31,15 @@ from typing import Any, TextIO
 import yaml
 from pydantic import ValidationError
 
+from responder.model import Action, AuditRecord, FailureClass, Kind, Mode, Outcome, new_id
 from responder.schedulers.base import SchedulerError
-from responder.schedulers.slurm import SlurmScheduler, SlurmSettings
+from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.settings import SlurmSettings
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_HOLD_S = 300.0
 DEFAULT_INTERVAL_S = 30.0
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def release_stale_holds(
@@ -69,34 +66,41 @@ def release_stale_holds(
         held_for = t.timestamp() - (job.marker.held_at or 0)
         try:
             result = scheduler.release_job(job)
-            outcome, detail = result.outcome, result.detail
-            acted_at = result.acted_at
+            outcome, detail = Outcome(result.outcome), result.detail
+            acted_at = result.acted_at.timestamp() if result.acted_at else None
         except SchedulerError as exc:
-            outcome, detail, acted_at = "failed", str(exc), None
-        if outcome == "done":
+            outcome, detail, acted_at = Outcome.FAILED, str(exc), None
+        if outcome == Outcome.DONE:
             released.append(job.job_id)
-        audit(
-            {
-                "id": str(uuid.uuid4()),
-                "time": _iso(t),
-                "cluster": cluster,
-                "workload": job.job_id,
-                "scheduler": "slurm",
-                "attempt": str(job.restart_cnt),
-                "incident_id": job.marker.incident or "",
-                "action": "release",
-                "mode": "act",
-                "outcome": outcome,
-                "reason": (
-                    f"held by trainguard for {held_for:.0f}s, longer than the {max_hold_s:g}s lease: "
-                    "released by the watchdog (fail-open)"
-                ),
-                "detail": detail,
-                "decided_at": _iso(t),
-                "acted_at": _iso(acted_at) if acted_at else None,
-                "actor": "watchdog",
-            }
+        record = AuditRecord(
+            id=new_id("wdg"),
+            kind=Kind.DECISION,
+            time=t.timestamp(),
+            cluster=cluster,
+            workload=job.job_id,
+            scheduler="slurm",
+            attempt=str(job.restart_cnt),
+            incident_id=job.marker.incident,
+            patterns=[],
+            evidence=[],
+            failure_class=FailureClass.UNKNOWN,
+            implicated_nodes=[],
+            action=Action.RELEASE,
+            excluded_nodes=[],
+            mode=Mode.ACT,
+            outcome=outcome,
+            reason=(
+                f"held by trainguard for {held_for:.0f}s, longer than the {max_hold_s:g}s lease: "
+                "released by the watchdog (fail-open)"
+            ),
+            detected_at=None,
+            received_at=None,
+            decided_at=t.timestamp(),
+            acted_at=acted_at,
+            detail=detail,
+            actor="watchdog",
         )
+        audit(record.to_json())
     return released
 
 

@@ -14,7 +14,7 @@ Reusable by tests (``tests/test_pipeline*.py``) and benchmarks (``bench/detectio
   bearer token and timestamps every notification on arrival.
 
 Errors are :class:`StackError` with the failing process's log tail; nothing here imports pytest
-behaviour beyond ``free_port``.
+behaviour.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests import services
-from tests.services import free_port
+from trainguard.lab import common
+from trainguard.lab.common import free_port, missing_message
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "alert_rules"
 PROFILES = ("fast", "production")
 LOOPBACK = "127.0.0.1"
@@ -66,17 +66,16 @@ class StackError(RuntimeError):
 
 
 def find_binary(name: str) -> str:
-    path = shutil.which(name) or next(
-        (p for p in (f"/usr/bin/{name}", f"/usr/sbin/{name}") if os.access(p, os.X_OK)), None
-    )
+    """The path of ``name``; ``StackError`` naming its package when it is not installed."""
+    path = common.find_binary(name)
     if path is None:
-        raise StackError(f"{name} not found: apt-get install prometheus prometheus-alertmanager")
+        raise StackError(missing_message(name))
     return path
 
 
 def poll(predicate: Callable[[], T | None], timeout: float, what: str, interval: float = 0.05) -> T:
     """Call ``predicate`` until it returns something truthy; StackError naming ``what`` on timeout."""
-    return services.poll(predicate, timeout, what, interval, error=StackError)
+    return common.poll(predicate, timeout, what, interval, error=StackError)
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
@@ -316,6 +315,22 @@ class LabRank:
 
     def labels(self) -> list[str]:
         return [self.cluster, self.workload, self.scheduler, self.attempt, self.rank, self.host]
+
+
+def xid_alert_labels(ident: dict[str, str], host: str) -> dict[str, str]:
+    """The labels of ``TrainguardGpuXid`` for the lab exporter's XID 79 on GPU 0 of ``host``."""
+    return {
+        "alertname": "TrainguardGpuXid",
+        **ident,
+        "host": host,
+        "Hostname": host,
+        "gpu": "0",
+        "UUID": f"GPU-{host}-0",
+        "xid": "79",
+        "pattern": "xid_79",
+        "category": "infra_gpu",
+        "severity": "critical",
+    }
 
 
 class LabExporter(Collector):

@@ -1,4 +1,4 @@
-"""The durable store: accepted alerts, incidents, audit records, cluster modes, reviews, node ledger.
+"""The durable store on SQLite: accepted alerts, incidents, audit records, cluster modes, reviews, node ledger.
 
 SQLite in WAL mode with ``synchronous=FULL``: a notification is answered 2xx only after its alerts
 are committed to disk, so neither a crash nor a power loss loses an accepted alert. Exactly-once
@@ -7,8 +7,8 @@ decisions rest on two constraints, not on timing: alerts are unique per
 incidents are unique per ``(cluster, workload, attempt)`` and move from ``open`` to ``decided``
 once, in the same transaction that writes the decision.
 
-The ``AuditStore`` protocol is what the rest of the responder uses, so a Postgres store for
-replicated deployments can replace this one without touching the engine.
+``SqliteStore`` implements every protocol of ``responder.store``; a Postgres store for replicated
+deployments can replace it without touching the engine.
 """
 
 from __future__ import annotations
@@ -16,16 +16,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic_core import to_json
 
 from responder.alerts import ClassifiedAlert, Notification
-from responder.records import AuditRecord, new_id
+from responder.model import AuditRecord, Incident, StoredAlert, new_id
+from responder.store import IngestResult, RecordQuery
 
 SCHEMA_VERSION = 1
 
@@ -126,109 +127,8 @@ CREATE TABLE IF NOT EXISTS breaker_trips (
 _RECORD_FIELDS = tuple(f.name for f in fields(AuditRecord))
 
 
-@dataclass(frozen=True, slots=True)
-class IngestResult:
-    new: int
-    duplicates: int
-    evidence: int
-    rejected: int
-    ignored: int
-    resolved: int
-    opened_incidents: tuple[str, ...]
-    refusals: tuple[AuditRecord, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Incident:
-    id: str
-    cluster: str
-    workload: str
-    scheduler: str | None
-    attempt: str  # '' when the alerts did not say
-    state: str
-    opened_at: float
-    deadline: float
-    decided_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class StoredAlert:
-    fingerprint: str
-    starts_at: str
-    starts_at_ts: float
-    status: str
-    received_at: float
-    labels: dict[str, str]
-    annotations: dict[str, str]
-
-    def evidence(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "labels": self.labels,
-            "startsAt": self.starts_at,
-            "summary": self.annotations.get("summary", ""),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class RecordQuery:
-    cluster: str | None = None
-    workload: str | None = None
-    action: str | None = None
-    mode: str | None = None
-    kind: str | None = None
-    outcome: str | None = None
-    since: float | None = None
-    limit: int = 100
-
-
-class AuditStore(Protocol):
-    """What the responder needs from a store. See ``SqliteStore`` for the semantics."""
-
-    def ingest(
-        self,
-        notification: Notification,
-        alerts: Sequence[ClassifiedAlert],
-        now: float,
-        window: float,
-        refusal: Callable[[ClassifiedAlert, float], AuditRecord],
-    ) -> IngestResult: ...
-    def due_incidents(self, now: float) -> list[Incident]: ...
-    def next_deadline(self) -> float | None: ...
-    def postpone(self, incident_id: str, until: float) -> None: ...
-    def incident(self, incident_id: str) -> Incident | None: ...
-    def incident_alerts(self, incident_id: str) -> list[StoredAlert]: ...
-    def decide(
-        self, incident: Incident, records: Sequence[AuditRecord], implicated: dict[str, float], now: float
-    ) -> bool: ...
-    def update_outcome(self, record: AuditRecord) -> None: ...
-    def pending_records(self) -> list[AuditRecord]: ...
-    def add_record(self, record: AuditRecord) -> None: ...
-    def records(self, query: RecordQuery) -> list[AuditRecord]: ...
-    def record(self, record_id: str) -> AuditRecord | None: ...
-    def get_mode(self, cluster: str) -> str | None: ...
-    def set_mode(self, cluster: str, mode: str, now: float, changed_by: str) -> None: ...
-    def modes(self) -> dict[str, str]: ...
-    def add_review(self, record_id: str, verdict: str, note: str, now: float) -> None: ...
-    def reviews(self, record_id: str) -> list[dict[str, Any]]: ...
-    def precision_by_pattern(self) -> dict[str, dict[str, float]]: ...
-    def workload_nodes(self, cluster: str, workload: str) -> set[str]: ...
-    def node_workloads_since(self, cluster: str, node: str, since: float) -> set[str]: ...
-    def implications_since(self, cluster: str, since: float) -> list[tuple[str, float, float]]: ...
-    def drain_recorded_since(self, cluster: str, node: str, since: float) -> bool: ...
-    def actions_since(self, cluster: str, mode: str, since: float) -> int: ...
-    def isolated_nodes_since(self, cluster: str, mode: str, since: float) -> set[str]: ...
-    def workloads_failing_since(self, cluster: str, since: float) -> set[str]: ...
-    def last_trip(self, cluster: str) -> tuple[float, str] | None: ...
-    def record_trip(self, cluster: str, now: float, reason: str) -> None: ...
-    def tripped_clusters(self) -> list[str]: ...
-    def counts(self) -> dict[str, int]: ...
-    def ping(self) -> None: ...
-    def close(self) -> None: ...
-
-
 class SqliteStore:
-    """``AuditStore`` on one SQLite file. Thread-safe: one connection behind a lock."""
+    """Every store of ``responder.store`` on one SQLite file. Thread-safe: one connection behind a lock."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -270,14 +170,15 @@ class SqliteStore:
         alerts: Sequence[ClassifiedAlert],
         now: float,
         window: float,
-        refusal: Callable[[ClassifiedAlert, float], AuditRecord],
+        refusals: Mapping[tuple[str, str, str], AuditRecord],
     ) -> IngestResult:
         """Store every alert once; open incidents for new evidence; audit new rejections. Atomic.
 
-        ``refusal`` builds the audit record of a newly rejected alert (the caller knows the mode).
+        ``refusals``: the audit record of each rejected alert, by its key; only those of alerts not
+        seen before are written (and returned).
         """
         opened: list[str] = []
-        refusals: list[AuditRecord] = []
+        written: list[AuditRecord] = []
         counts = dict.fromkeys(("evidence", "rejected", "ignored", "resolved"), 0)
         with self._tx() as db:
             cur = db.execute(
@@ -308,10 +209,10 @@ class SqliteStore:
                         if was_opened:
                             opened.append(incident_id)
                 counts[item.disposition] += 1
-                if item.disposition == "rejected":
-                    record = refusal(item, now)
+                record = refusals.get(item.key) if item.disposition == "rejected" else None
+                if record is not None:
                     self._insert_record(db, record)
-                    refusals.append(record)
+                    written.append(record)
                 rows.append((
                     a.fingerprint, a.startsAt, a.status, item.starts_at, now, notification_id, item.disposition,
                     item.reason, ident.cluster if ident else a.labels.get("cluster"),
@@ -328,7 +229,7 @@ class SqliteStore:
             db.execute("UPDATE notifications SET new_alerts=? WHERE id=?", (len(fresh), notification_id))
         return IngestResult(
             len(fresh), len(alerts) - len(fresh), counts["evidence"], counts["rejected"], counts["ignored"],
-            counts["resolved"], tuple(opened), tuple(refusals),
+            counts["resolved"], tuple(opened), tuple(written),
         )  # fmt: skip
 
     @staticmethod
@@ -422,10 +323,6 @@ class SqliteStore:
                 record.action, record.mode, record.outcome, record.node or "", _dump(record),
             ),
         )  # fmt: skip
-
-    def add_record(self, record: AuditRecord) -> None:
-        with self._tx() as db:
-            self._insert_record(db, record)
 
     def update_outcome(self, record: AuditRecord) -> None:
         with self._tx() as db:
@@ -568,12 +465,8 @@ class SqliteStore:
 
     # -- health ---------------------------------------------------------------------------------
 
-    def counts(self) -> dict[str, int]:
-        out = {}
-        for table in ("alerts", "incidents", "records"):
-            out[table] = int(self._query(f"SELECT COUNT(*) FROM {table}")[0][0])  # noqa: S608 - fixed names
-        out["open_incidents"] = int(self._query("SELECT COUNT(*) FROM incidents WHERE state='open'")[0][0])
-        return out
+    def open_incident_count(self) -> int:
+        return int(self._query("SELECT COUNT(*) FROM incidents WHERE state='open'")[0][0])
 
     def ping(self) -> None:
         self._query("SELECT 1")

@@ -17,13 +17,13 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from exporters.patterns import line_host, line_rank
-from responder.schedulers.slurm_parse import expand_hostlist
-from scripts.lab.stackup import NODES, ROOT, Lab, LabError
+from responder.clock import parse_rfc3339
+from responder.schedulers.slurm.parse import expand_hostlist
+from trainguard.lab.slurm import NODES, ROOT, Lab, LabError
 
 NCCL_ERROR = (
     "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
@@ -440,7 +440,7 @@ def _settled(lab: Lab, job: str, decision: dict[str, Any], timeout: float = 15) 
 
 
 def _ts(value: str | None) -> float | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+    return parse_rfc3339(value) if value else None
 
 
 def summarise(values: list[float]) -> dict[str, float] | None:

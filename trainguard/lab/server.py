@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.services import free_port, wait_until
+from trainguard.lab.common import free_port, poll
 
 TRAINGUARD = str(Path(sys.executable).parent / "trainguard")
 
@@ -25,7 +25,7 @@ class ServerProcess:
                 [TRAINGUARD, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--db", str(db)],
                 stdout=out, stderr=subprocess.STDOUT, env=full_env,
             )  # fmt: skip
-        wait_until(self._ready, 20, what=f"trainguard serve on {self.url} (log {self.log})")
+        poll(self._ready, 20, what=f"trainguard serve on {self.url} (log {self.log})")
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:

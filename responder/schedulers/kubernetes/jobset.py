@@ -27,21 +27,19 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pydantic import Field
 
-from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState
-from responder.schedulers.kubernetes import (
-    KubeWorkloadScheduler,
-    WorkloadSettings,
+from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState, poll
+from responder.schedulers.kubernetes.api import (
     condition_true,
     labels_and_annotations,
     metadata,
-    poll,
     rfc3339,
     split_workload,
 )
+from responder.schedulers.kubernetes.workload import KubeWorkloadScheduler, WorkloadSettings
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +59,8 @@ DEADLINE_MESSAGE: Final = "Job was active longer than specified deadline"
 
 class JobSetSettings(WorkloadSettings):
     """How trainguard reaches JobSets on one cluster (``clusters.<name>.scheduler: {kind: jobset, ...}``)."""
+
+    kind: Literal["jobset"] = Field("jobset", description="The adapter: jobset.")
 
     restart_deadline_s: int = Field(
         1, ge=1, le=60, description="activeDeadlineSeconds set on the child Job that trainguard fails."

@@ -6,7 +6,7 @@ that failed, was requeued or lost a node even when no rank could say so. When Sl
 only ``trainguard_slurm_up 0`` is exported (unknown), never an empty "no jobs" answer.
 
 Watched workloads: the ids returned by ``workloads()``, or, when it is None, every job that opted in.
-Labels are the identity labels of CONTRACT §1 plus bounded Slurm enums (state, reason). The catalogue
+Labels are the identity labels of docs/interfaces.md §1 plus bounded Slurm enums (state, reason). The catalogue
 is in ``docs/slurm.md``.
 """
 
@@ -19,8 +19,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from responder.schedulers.base import SchedulerError, WorkloadState
-from responder.schedulers.slurm import SlurmScheduler
-from responder.schedulers.slurm_parse import SlurmJob, SlurmNode
+from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.parse import SlurmJob, SlurmNode
 
 JOB_STATES = (
     "PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT",
@@ -72,7 +72,12 @@ class SlurmCollector(Collector):
         yield up
         yield took
 
-        watched = self._watched(jobs)
+        families, relevant = self._job_metrics(c, jobs)
+        yield from families
+        yield from self._node_metrics(c, nodes, relevant)
+
+    def _job_metrics(self, c: str, jobs: dict[str, SlurmJob]) -> tuple[list[Metric], set[str]]:
+        """The watched jobs' families, and the nodes they run on or exclude."""
         state = GaugeMetricFamily(
             "trainguard_slurm_job_state",
             "1 for the Slurm base state the watched job is in (squeue job_state).",
@@ -109,7 +114,7 @@ class SlurmCollector(Collector):
             labels=["cluster", "workload", "scheduler"],
         )
         relevant: set[str] = set()
-        for j in watched:
+        for j in self._watched(jobs):
             base = j.slurm_state if j.slurm_state in JOB_STATES else "OTHER"
             ids = [c, j.job_id, "slurm"]
             state.add_metric([*ids, base], 1)
@@ -128,8 +133,7 @@ class SlurmCollector(Collector):
             excluded.add_metric(ids, len(j.excluded_nodes))
             relevant.update(j.nodes)
             relevant.update(j.excluded_nodes)
-        yield from (state, reason, restarts, held, held_since, job_node, excluded)
-        yield from self._node_metrics(c, nodes, relevant)
+        return [state, reason, restarts, held, held_since, job_node, excluded], relevant
 
     @staticmethod
     def _node_metrics(c: str, nodes: dict[str, SlurmNode], relevant: set[str]) -> Iterator[Metric]:

@@ -24,138 +24,34 @@ hostile value is refused before any command runs.
 from __future__ import annotations
 
 import logging
-import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Literal
 
 from prometheus_client import CollectorRegistry
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from responder.model import Action
 from responder.schedulers.base import (
-    Action,
     ActionRequest,
     ActionResult,
     SchedulerError,
     WorkloadObservation,
     WorkloadState,
+    act_frame,
+    first_fresh,
     identity_refusal,
 )
-from responder.schedulers.slurm_cli import (
-    Runner,
-    SlurmCommandMetrics,
-    SlurmCommands,
-    SubprocessRunner,
-    Transport,
-)
-from responder.schedulers.slurm_parse import (
-    Marker,
-    SlurmJob,
-    SlurmNode,
-    join_nodes,
-    parse_sinfo_json,
-    parse_squeue_json,
-    plan_exclusions,
-    valid_incident_id,
-)
-from trainguard.identity import IdentityError, validate_cluster, validate_host, validate_workload
+from responder.schedulers.slurm.commands import Runner, SlurmCommandMetrics, SlurmCommands, SubprocessRunner
+from responder.schedulers.slurm.exclusions import join_nodes, plan_exclusions
+from responder.schedulers.slurm.marker import Marker, valid_incident_id
+from responder.schedulers.slurm.parse import SlurmJob, SlurmNode, parse_sinfo_json, parse_squeue_json
+from responder.schedulers.slurm.requeue import Route, Unsettled, requeue_settled, route_requeue
+from responder.schedulers.slurm.settings import SlurmSettings
+from trainguard.identity import IdentityError, validate_cluster, validate_workload
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SlurmScheduler", "SlurmSettings"]
-
-_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
-
-
-class SlurmSettings(BaseModel):
-    """How trainguard reaches one Slurm cluster and what it may do there."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    cluster: str | None = Field(
-        None, description="Cluster name (CONTRACT §1); requests for another cluster are refused. None: any."
-    )
-    transport: Literal["local", "ssh"] = Field(
-        "local", description="local: run squeue/scontrol here; ssh: on ssh_host through the forced command."
-    )
-    slurm_conf: Path | None = Field(
-        None, description="SLURM_CONF for the local transport (default: Slurm's own, /etc/slurm/slurm.conf)."
-    )
-    command_timeout_s: float = Field(10.0, gt=0, le=300, description="Timeout of one Slurm command.")
-    ssh_host: str | None = Field(None, description="Head node for the ssh transport.")
-    ssh_user: str | None = Field(None, description="Remote user (an operator account of Slurm).")
-    ssh_port: int = Field(22, ge=1, le=65535, description="sshd port of the head node.")
-    ssh_key: Path | None = Field(None, description="Private key; its public half is the forced-command key.")
-    ssh_known_hosts: Path | None = Field(
-        None, description="known_hosts holding the head node's key (host keys are always checked)."
-    )
-    min_spare_nodes: int = Field(
-        0,
-        ge=0,
-        description="Exclusions are pruned (oldest first) until node_count + this many usable "
-        "nodes remain in the job's partitions.",
-    )
-    opt_in_token: str = Field(
-        "trainguard:policy=",
-        min_length=3,
-        description="A job opts in when its comment contains this token (sbatch --comment=trainguard:policy=default).",
-    )
-    opt_in_partitions: tuple[str, ...] = Field((), description="Every job in these partitions is opted in.")
-    require_opt_in: bool = Field(
-        True, description="Refuse (skip) job actions on jobs that did not opt in; release is always allowed."
-    )
-    max_drained_fraction: float = Field(
-        0.1,
-        ge=0,
-        le=1,
-        description="Circuit breaker: at most this fraction of nodes (at least 1) drained "
-        "by trainguard at once; further drains are skipped.",
-    )
-    settle_timeout_s: float = Field(
-        15.0, ge=0, le=300, description="How long to keep looking while a job is between states (COMPLETING)."
-    )
-    verify_timeout_s: float = Field(
-        5.0, ge=0, le=120, description="How long to poll squeue/sinfo for an action's effect to show."
-    )
-
-    @field_validator("cluster")
-    @classmethod
-    def _cluster(cls, v: str | None) -> str | None:
-        return None if v is None else validate_cluster(v)
-
-    @field_validator("ssh_host")
-    @classmethod
-    def _host(cls, v: str | None) -> str | None:
-        return None if v is None else validate_host(v)
-
-    @field_validator("ssh_user")
-    @classmethod
-    def _user(cls, v: str | None) -> str | None:
-        if v is not None and not _USER.fullmatch(v):
-            raise ValueError(f"ssh_user {v!r} is not a user name")
-        return v
-
-    @model_validator(mode="after")
-    def _ssh_needs_host(self) -> SlurmSettings:
-        if self.transport == "ssh" and not self.ssh_host:
-            raise ValueError("transport=ssh needs ssh_host")
-        return self
-
-    def transport_config(self) -> Transport:
-        return Transport(
-            kind=self.transport,
-            ssh_host=self.ssh_host,
-            ssh_user=self.ssh_user,
-            ssh_port=self.ssh_port,
-            ssh_key=str(self.ssh_key) if self.ssh_key else None,
-            ssh_known_hosts=str(self.ssh_known_hosts) if self.ssh_known_hosts else None,
-        )
-
-
-class _Unsettled(Exception):
-    """The job is between states; look again shortly."""
+__all__ = ["SlurmScheduler"]
 
 
 class SlurmScheduler:
@@ -242,18 +138,7 @@ class SlurmScheduler:
     # ------------------------------------------------------------------------------------ acting
 
     def act(self, request: ActionRequest) -> ActionResult:
-        refusal = self._refuse(request)
-        if refusal is not None:
-            log.warning("refused %s for %s: %s", request.action, request.workload, refusal)
-            return ActionResult("failed", f"refused before any command: {refusal}")
-        try:
-            if request.action in (Action.DRAIN_NODE, Action.RESUME_NODE):
-                return self._node_action(request)
-            if request.action is Action.NONE:
-                return ActionResult("skipped", "action none: nothing to do")
-            return self._job_action(request)
-        except SchedulerError as exc:
-            return ActionResult("failed", f"slurm: {exc}")
+        return act_frame(request, self._refuse(request), "slurm", "command", self._node_action, self._job_action)
 
     def _check_cluster(self, cluster: str) -> None:
         validate_cluster(cluster)
@@ -281,7 +166,7 @@ class SlurmScheduler:
         while True:
             try:
                 return self._job_action_once(request)
-            except _Unsettled as exc:
+            except Unsettled as exc:
                 if time.monotonic() >= deadline:
                     return ActionResult("failed", f"{exc}; still unsettled after {self.settings.settle_timeout_s:g}s")
                 log.info("job %s: %s; looking again", request.workload, exc)
@@ -310,44 +195,12 @@ class SlurmScheduler:
         self.commands.run(["scontrol", "update", f"JobId={job_id}", f"AdminComment={marker.format()}"])
 
     def _requeue(self, request: ActionRequest, job: SlurmJob) -> ActionResult:
-        attempt = int(request.attempt) if request.attempt is not None else None
+        routed = route_requeue(request, job)
+        if isinstance(routed, ActionResult):
+            return routed
+        mode, past, others_held = routed.mode, routed.past, routed.others_held
+        attempt = routed.attempt
         excluding = request.action is Action.REQUEUE_EXCLUDING
-        if attempt is not None and job.restart_cnt < attempt:
-            return ActionResult(
-                "skipped", f"job {job.job_id} is at attempt {job.restart_cnt}, request is for {attempt}"
-            )
-        ours_held = job.held and job.marker.held_at is not None
-        past = attempt is not None and job.restart_cnt > attempt
-        if past and not ours_held and not (excluding and job.state is WorkloadState.PENDING):
-            return ActionResult(
-                "done",
-                f"job {job.job_id} already past attempt {attempt} (restart_cnt={job.restart_cnt}, "
-                f"{job.slurm_state}); not requeued again",
-                verified=True,
-                excluded_nodes=job.marker.excluded,
-            )
-        if job.state in (WorkloadState.COMPLETED, WorkloadState.CANCELLED):
-            return ActionResult("skipped", f"job {job.job_id} is {job.slurm_state}; not requeued")
-        if job.state is WorkloadState.COMPLETING:
-            raise _Unsettled(f"job {job.job_id} is COMPLETING; its final state is not known yet")
-        others_held = job.held and not ours_held
-        if ours_held:
-            mode = "finish"  # an earlier try held it and stopped before the release: finish, never requeue again
-        elif past:
-            mode = "in_place"  # requeued already (by an earlier try or by Slurm), not started: exclusions only
-        elif job.state is WorkloadState.RUNNING:
-            mode = "requeue"
-        elif job.state is WorkloadState.FAILED:
-            mode = "requeue_ended"  # Slurm refuses AdminComment on an ended job, so no marked hold (below)
-        elif job.state is WorkloadState.PENDING or others_held:
-            mode = "in_place"  # not started: nothing to requeue; exclusions can change in place
-        else:
-            return ActionResult("skipped", f"job {job.job_id} is {job.slurm_state}; cannot requeue")
-        if not excluding and mode == "in_place":
-            return ActionResult(
-                "done", f"job {job.job_id} is {job.slurm_state}, not running: nothing to requeue", verified=True
-            )
-
         plan = (
             plan_exclusions(request.exclude_nodes, job, self.list_nodes(), self.settings.min_spare_nodes)
             if excluding
@@ -370,34 +223,7 @@ class SlurmScheduler:
         now_s = int(acted_at.timestamp())
         kept = job.marker
         steps: list[str] = []
-        expect_restarts = job.restart_cnt
-        held_at = kept.held_at
-        if mode == "finish":
-            steps.append(f"finishing an interrupted action (held by trainguard since {kept.held_at})")
-        elif mode == "requeue_ended" or (mode == "requeue" and plan is None):
-            # For an ended job: requeue, then set the exclusions while it waits out its BeginTime
-            # (cred_expire, >= 5 s). A crash in between leaves it runnable without them: fail-open.
-            self.commands.run(["scontrol", "requeue", job.job_id])
-            steps.append("scontrol requeue")
-            expect_restarts += 1
-        elif mode == "requeue":
-            held_at = now_s
-            # mark before holding, so a responder killed right after the hold leaves a job the watchdog frees
-            try:
-                self._set_marker(job.job_id, Marker(held_at, kept.excluded, request.incident_id, None, kept.other))
-            except SchedulerError as exc:
-                if "already finished" in str(exc) or "completing" in str(exc).lower():
-                    raise _Unsettled(f"job {job.job_id} ended while we acted ({exc})") from exc
-                raise
-            try:
-                self.commands.run(["scontrol", "requeuehold", job.job_id])
-            except SchedulerError:
-                self._set_marker(job.job_id, kept)
-                raise
-            steps.append("requeuehold")
-            expect_restarts += 1
-        else:
-            steps.append(f"job {job.slurm_state} ({job.reason}): not started, exclusions updated in place")
+        expect_restarts, held_at = self._requeue_start(request, job, mode, plan is not None, now_s, steps)
 
         applied = kept.excluded
         if plan is not None:
@@ -419,18 +245,7 @@ class SlurmScheduler:
         if others_held:
             steps.append("left held: the hold is not trainguard's")
 
-        def done(j: SlurmJob) -> bool:
-            if j.restart_cnt < expect_restarts:
-                return False
-            if plan is not None and set(j.excluded_nodes) != set(plan.exc_node_list):
-                return False
-            if others_held:
-                return j.held
-            if j.state is WorkloadState.COMPLETING:
-                # 22.05 prints a requeued job whose old tasks are still ending as COMPLETING
-                return j.restart_cnt > job.restart_cnt
-            return j.state in (WorkloadState.PENDING, WorkloadState.RUNNING)
-
+        done = requeue_settled(job, plan, expect_restarts, others_held)
         after = self._verify_job(job.job_id, done)
         detail = "; ".join(steps)
         detail += (
@@ -439,6 +254,41 @@ class SlurmScheduler:
             else "; not confirmed by a fresh squeue"
         )
         return ActionResult("done", detail, verified=after is not None, acted_at=acted_at, excluded_nodes=applied)
+
+    def _requeue_start(
+        self, request: ActionRequest, job: SlurmJob, mode: Route, excluding: bool, now_s: int, steps: list[str]
+    ) -> tuple[int, int | None]:
+        """The first commands of a requeue; (the restart count to expect, the hold mark's time)."""
+        kept = job.marker
+        expect_restarts = job.restart_cnt
+        held_at = kept.held_at
+        if mode == "finish":
+            steps.append(f"finishing an interrupted action (held by trainguard since {kept.held_at})")
+        elif mode == "requeue_ended" or (mode == "requeue" and not excluding):
+            # For an ended job: requeue, then set the exclusions while it waits out its BeginTime
+            # (cred_expire, >= 5 s). A crash in between leaves it runnable without them: fail-open.
+            self.commands.run(["scontrol", "requeue", job.job_id])
+            steps.append("scontrol requeue")
+            expect_restarts += 1
+        elif mode == "requeue":
+            held_at = now_s
+            # mark before holding, so a responder killed right after the hold leaves a job the watchdog frees
+            try:
+                self._set_marker(job.job_id, Marker(held_at, kept.excluded, request.incident_id, None, kept.other))
+            except SchedulerError as exc:
+                if "already finished" in str(exc) or "completing" in str(exc).lower():
+                    raise Unsettled(f"job {job.job_id} ended while we acted ({exc})") from exc
+                raise
+            try:
+                self.commands.run(["scontrol", "requeuehold", job.job_id])
+            except SchedulerError:
+                self._set_marker(job.job_id, kept)
+                raise
+            steps.append("requeuehold")
+            expect_restarts += 1
+        else:
+            steps.append(f"job {job.slurm_state} ({job.reason}): not started, exclusions updated in place")
+        return expect_restarts, held_at
 
     def _stop(self, request: ActionRequest, job: SlurmJob) -> ActionResult:
         if job.state.is_terminal():
@@ -468,7 +318,7 @@ class SlurmScheduler:
         acted_at = self._now()
         marker = Marker(int(acted_at.timestamp()), job.marker.excluded, request.incident_id, None, job.marker.other)
         if job.state is WorkloadState.COMPLETING:
-            raise _Unsettled(f"job {job.job_id} is COMPLETING; its final state is not known yet")
+            raise Unsettled(f"job {job.job_id} is COMPLETING; its final state is not known yet")
         if job.state is WorkloadState.PENDING:
             verb = "hold"
         elif job.state is WorkloadState.RUNNING:
@@ -519,14 +369,7 @@ class SlurmScheduler:
 
     def _verify_job(self, job_id: str, ok: Callable[[SlurmJob], bool]) -> SlurmJob | None:
         """Poll a fresh ``squeue --json`` until ``ok``; the job, or None if it never showed."""
-        deadline = time.monotonic() + self.settings.verify_timeout_s
-        while True:
-            job = self.job(job_id)
-            if job is not None and ok(job):
-                return job
-            if time.monotonic() >= deadline:
-                return None
-            self._sleep(0.05)
+        return first_fresh(lambda: self.job(job_id), ok, self.settings.verify_timeout_s, 0.05, self._sleep)
 
     # -- nodes
 
@@ -582,16 +425,5 @@ class SlurmScheduler:
         )
 
     def _verify_node(self, name: str, ok: Callable[[SlurmNode], bool]) -> SlurmNode | None:
-        deadline = time.monotonic() + self.settings.verify_timeout_s
-        while True:
-            node = self.list_nodes().get(name)
-            if node is not None and ok(node):
-                return node
-            if time.monotonic() >= deadline:
-                return None
-            self._sleep(0.05)
-
-
-def held_too_long(jobs: Sequence[SlurmJob], now: float, max_hold_s: float) -> list[SlurmJob]:
-    """Jobs trainguard held (hold mark present, job held) for longer than ``max_hold_s``."""
-    return [j for j in jobs if j.held and j.marker.held_at is not None and now - j.marker.held_at >= max_hold_s]
+        read = lambda: self.list_nodes().get(name)  # noqa: E731 - one fresh sinfo per look
+        return first_fresh(read, ok, self.settings.verify_timeout_s, 0.05, self._sleep)

@@ -22,22 +22,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pydantic import Field
 
-from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState
-from responder.schedulers.kubernetes import (
+from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState, poll
+from responder.schedulers.kubernetes.api import (
     ANNOTATION_LAST_INCIDENT,
-    KubeWorkloadScheduler,
-    WorkloadSettings,
     condition_true,
     labels_and_annotations,
     metadata,
-    poll,
     rfc3339,
     split_workload,
 )
+from responder.schedulers.kubernetes.workload import KubeWorkloadScheduler, WorkloadSettings
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +47,8 @@ ANNOTATION_RESTARTED_AT: Final = "trainguard.io/restarted-at"
 
 class PyTorchJobSettings(WorkloadSettings):
     """How trainguard reaches PyTorchJobs on one cluster (``clusters.<name>.scheduler: {kind: pytorchjob}``)."""
+
+    kind: Literal["pytorchjob"] = Field("pytorchjob", description="The adapter: pytorchjob.")
 
     pod_label: str = Field(
         "training.kubeflow.org/job-name",

@@ -1,5 +1,5 @@
-"""Pure parsers for what Slurm prints: hostlists, ``squeue --json``, ``sinfo --json``, and the marker
-trainguard keeps in a job's ``AdminComment``.
+"""Pure parsers for what Slurm prints: hostlists, ``squeue --json`` and ``sinfo --json`` (a job's
+``AdminComment`` marker is read by ``responder.schedulers.slurm.marker``).
 
 No I/O here, so every function is tested on output recorded from a real Slurm (``tests/data/slurm``).
 Slurm 22.05 (openapi v0.0.38) prints ``job_state`` as a plain string and numbers as plain integers;
@@ -10,12 +10,12 @@ Slurm 22.05 (openapi v0.0.38) prints ``job_state`` as a plain string and numbers
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from responder.schedulers.base import SchedulerError, WorkloadState
+from responder.schedulers.slurm.marker import Marker, parse_marker
 from trainguard.identity import IdentityError, validate_host
 
 MAX_HOSTLIST = 65536  # refuse to expand a hostlist into more names than any real cluster has
@@ -174,74 +174,6 @@ def job_state(raw: object, reason: str = "", priority: int | None = None) -> tup
         # while the job is already pending and held (scontrol: JobState=PENDING, Priority=0)
         state = WorkloadState.HELD
     return state, base
-
-
-# -------------------------------------------------------------------------------- trainguard marker
-
-MARKER_PREFIX: Final = "trainguard:"
-_INCIDENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
-_MARKER_TOKEN = re.compile(r"trainguard:(held|exc|inc|stopped)=(\S*)")
-
-
-def valid_incident_id(value: str) -> bool:
-    return bool(_INCIDENT.fullmatch(value))
-
-
-@dataclass(frozen=True, slots=True)
-class Marker:
-    """What trainguard records on a job, in its ``AdminComment`` (only operators can set that field).
-
-    ``held_at``: Unix time trainguard put the job on hold (the watchdog's lease starts here);
-    ``excluded``: the exclusions trainguard applied (anything else in ``ExcNodeList`` is the user's
-    own and is kept); ``incident``: the last incident acted on; ``stopped_at``: when trainguard
-    cancelled it. ``other``: the rest of the comment, kept as it was.
-    """
-
-    held_at: int | None = None
-    excluded: tuple[str, ...] = ()
-    incident: str | None = None
-    stopped_at: int | None = None
-    other: str = ""
-
-    def format(self) -> str:
-        tokens = [self.other] if self.other else []
-        if self.held_at is not None:
-            tokens.append(f"{MARKER_PREFIX}held={self.held_at}")
-        if self.excluded:
-            tokens.append(f"{MARKER_PREFIX}exc={','.join(self.excluded)}")
-        if self.incident:
-            tokens.append(f"{MARKER_PREFIX}inc={self.incident}")
-        if self.stopped_at is not None:
-            tokens.append(f"{MARKER_PREFIX}stopped={self.stopped_at}")
-        return " ".join(tokens)
-
-
-def parse_marker(admin_comment: str) -> Marker:
-    """Read trainguard's tokens from an ``AdminComment``; malformed tokens are ignored (not trusted)."""
-    held_at: int | None = None
-    stopped_at: int | None = None
-    excluded: tuple[str, ...] = ()
-    incident: str | None = None
-    other: list[str] = []
-    for token in admin_comment.split():
-        m = _MARKER_TOKEN.fullmatch(token)
-        if not m:
-            other.append(token)
-            continue
-        key, value = m.groups()
-        if key in ("held", "stopped") and value.isdigit() and len(value) <= 12:
-            if key == "held":
-                held_at = int(value)
-            else:
-                stopped_at = int(value)
-        elif key == "exc" and value:
-            try:
-                excluded = tuple(validate_host(v) for v in value.split(","))
-            except IdentityError:
-                excluded = ()
-        elif key == "inc" and valid_incident_id(value):
-            incident = value
-    return Marker(held_at, excluded, incident, stopped_at, " ".join(other))
 
 
 # ---------------------------------------------------------------------------------------- squeue
@@ -431,59 +363,3 @@ def parse_sinfo_json(text: str) -> dict[str, SlurmNode]:
             parsed = SlurmNode(parsed.name, parsed.state, parsed.flags, parsed.reason, merged)  # noqa: PLW2901
         nodes[parsed.name] = parsed
     return nodes
-
-
-# ------------------------------------------------------------------------------------- exclusions
-
-
-@dataclass(frozen=True, slots=True)
-class ExclusionPlan:
-    applied: tuple[str, ...]  # trainguard's exclusions, after pruning
-    exc_node_list: tuple[str, ...]  # what ExcNodeList becomes: the user's own + applied
-    dropped: tuple[str, ...]  # asked for but not applied (to keep enough nodes, or unknown to Slurm)
-    notes: tuple[str, ...] = ()
-
-
-def plan_exclusions(
-    desired: Sequence[str],
-    job: SlurmJob,
-    nodes: Mapping[str, SlurmNode],
-    min_spare_nodes: int = 0,
-) -> ExclusionPlan:
-    """The whole ExcNodeList for the job's next attempt.
-
-    ``desired`` is the whole set trainguard wants excluded, oldest first. Exclusions trainguard set
-    earlier but no longer wants are cleared (ExcNodeList sticks across requeues); exclusions the
-    user gave at submission are kept. Exclusions are then pruned, oldest first, until at least
-    ``node_count + min_spare_nodes`` usable nodes remain in the job's partitions; excluding a node
-    that is down or drained anyway costs nothing and is kept.
-    """
-    user_own = tuple(n for n in job.excluded_nodes if n not in job.marker.excluded)
-    wanted = list(dict.fromkeys(n for n in desired if n not in user_own))
-    notes: list[str] = []
-    unknown = [n for n in wanted if n not in nodes]
-    if unknown:
-        notes.append(f"not Slurm nodes, ignored: {','.join(unknown)}")
-    wanted = [n for n in wanted if n in nodes]
-    parts = set(job.partitions)
-    in_scope = [n for n in nodes.values() if not parts or parts & set(n.partitions)]
-    usable = {n.name for n in in_scope if n.usable and n.name not in user_own}
-    need = max(job.node_count, 1) + max(min_spare_nodes, 0)
-    pruned: list[str] = []
-    while len(usable - set(wanted)) < need:
-        victim = next((n for n in wanted if n in usable), None)
-        if victim is None:
-            break
-        wanted.remove(victim)
-        pruned.append(victim)
-    if pruned:
-        notes.append(
-            f"kept {','.join(pruned)} eligible: the job needs {need} usable node(s) and only {len(usable)} are usable"
-        )
-    applied = tuple(wanted)
-    return ExclusionPlan(applied, user_own + applied, tuple(unknown) + tuple(pruned), tuple(notes))
-
-
-def join_nodes(names: Iterable[str]) -> str:
-    """ExcNodeList value: plain comma list (Slurm accepts it; no hostlist compression needed)."""
-    return ",".join(names)

@@ -6,6 +6,8 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
+from responder.clock import format_rfc3339
+
 ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
@@ -15,7 +17,7 @@ def fingerprint(labels: dict[str, str]) -> str:
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return format_rfc3339(ts)
 
 
 def alert(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from scripts.lab.faults import TrialResult
+from trainguard.lab.faults import TrialResult
 
 
 def timeline_png(trial: TrialResult, path: Path) -> Path | None:

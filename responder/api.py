@@ -1,0 +1,241 @@
+"""The responder's JSON API (docs/interfaces.md §4): module-level endpoints over ``Services``.
+
+Alertmanager retries 5xx and transport errors, not 4xx: so the webhook answers 2xx only after the
+alerts are stored, 5xx only when storing failed (asking for a resend), and 4xx for requests that
+no resend can fix (bad token, bad JSON, too large).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, TypeVar
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from responder.alerts import Notification
+from responder.auth import operator_identity, read_capped, require_bearer
+from responder.clock import parse_rfc3339, rfc3339
+from responder.errors import BadRequest, NotFound, ResponderError, StoreUnavailable
+from responder.model import Kind, Mode, Outcome
+from responder.services import Services, services
+from responder.store import RecordQuery
+from trainguard.identity import IdentityError, validate_cluster
+
+log = logging.getLogger(__name__)
+
+MAX_LIMIT = 1000
+_Body = TypeVar("_Body", bound=BaseModel)
+
+
+class ModeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Mode
+
+
+class ReviewBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    verdict: str = Field(pattern="^(correct|wrong)$")
+    note: str = Field("", max_length=2000)
+
+
+async def _notification(request: Request, svc: Services) -> Notification:
+    require_bearer(request, svc.webhook_token, "the webhook")
+    body = await read_capped(request, svc.settings.max_body_bytes)
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"body is not JSON: {exc}") from exc
+    try:
+        return Notification.model_validate(payload)
+    except ValidationError as exc:
+        raise BadRequest(_validation_detail(exc)) from exc
+
+
+async def post_alerts(request: Request) -> Response:
+    svc = services(request)
+    try:
+        notification = await _notification(request, svc)
+    except ResponderError as exc:
+        svc.metrics.notifications.labels(type(exc).__name__.lower()).inc()
+        raise
+    try:
+        result = await run_in_threadpool(svc.engine.ingest, notification)
+    except Exception as exc:
+        svc.metrics.notifications.labels("store_error").inc()
+        log.exception("could not store a notification of %d alerts", len(notification.alerts))
+        raise StoreUnavailable(str(exc)) from exc
+    svc.metrics.notifications.labels("stored").inc()
+    if result.opened_incidents:
+        svc.engine.wake()
+    return JSONResponse(
+        {
+            "status": "stored",
+            "alerts": len(notification.alerts),
+            "new": result.new,
+            "duplicates": result.duplicates,
+            "evidence": result.evidence,
+            "rejected": result.rejected,
+            "ignored": result.ignored,
+            "resolved": result.resolved,
+            "incidents_opened": list(result.opened_incidents),
+        }
+    )
+
+
+def record_query(request: Request, **fixed: str) -> RecordQuery:
+    params = request.query_params
+    allowed = {"cluster", "workload", "action", "mode", "since", "limit", "kind", "outcome"}
+    unknown = set(params) - allowed
+    if unknown:
+        raise BadRequest(f"unknown query parameter(s): {', '.join(sorted(unknown))}")
+    since = None
+    if "since" in params:
+        try:
+            since = parse_rfc3339(params["since"])
+        except ValueError as exc:
+            raise BadRequest(f"since: not an RFC 3339 time: {params['since']!r}") from exc
+    limit = params.get("limit", "100")
+    if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
+        raise BadRequest(f"limit: a number from 1 to {MAX_LIMIT}")
+    columns = ("cluster", "workload", "action", "mode", "kind", "outcome")
+    values: dict[str, Any] = {k: params.get(k) for k in columns}
+    values.update(fixed)
+    return RecordQuery(since=since, limit=int(limit), **values)
+
+
+async def list_decisions(request: Request) -> Response:
+    query = record_query(request)
+    records = await run_in_threadpool(services(request).store.records, query)
+    return JSONResponse({"decisions": [r.to_json() for r in records], "count": len(records)})
+
+
+async def get_decision(request: Request) -> Response:
+    store = services(request).store
+    record_id = request.path_params["id"]
+    record = await run_in_threadpool(store.record, record_id)
+    if record is None:
+        raise NotFound(f"no decision {record_id!r}")
+    body = record.to_json()
+    body["reviews"] = await run_in_threadpool(store.reviews, record_id)
+    if record.incident_id:
+        alerts = await run_in_threadpool(store.incident_alerts, record.incident_id)
+        body["late_evidence"] = [a.evidence() for a in alerts if a.received_at > record.decided_at]
+    return JSONResponse(body)
+
+
+async def review_decision(request: Request) -> Response:
+    svc = services(request)
+    operator_identity(request, svc.operator_token)
+    record_id = request.path_params["id"]
+    review = _parse(ReviewBody, await read_capped(request, svc.settings.max_body_bytes))
+    record = await run_in_threadpool(svc.store.record, record_id)
+    if record is None:
+        raise NotFound(f"no decision {record_id!r}")
+    await run_in_threadpool(svc.store.add_review, record_id, review.verdict, review.note, svc.clock.now())
+    precision = await run_in_threadpool(svc.store.precision_by_pattern)
+    for pattern, tally in precision.items():
+        svc.metrics.review_precision.labels(pattern).set(tally["precision"])
+        svc.metrics.reviewed.labels(pattern).set(tally["reviewed"])
+    return JSONResponse({"id": record_id, "verdict": review.verdict, "precision": precision})
+
+
+async def precision(request: Request) -> Response:
+    return JSONResponse({"patterns": await run_in_threadpool(services(request).store.precision_by_pattern)})
+
+
+async def recommendations(request: Request) -> Response:
+    query = record_query(request, mode=Mode.MONITOR, kind=Kind.DECISION, outcome=Outcome.PLANNED)
+    records = [r for r in await run_in_threadpool(services(request).store.records, query) if r.action != "none"]
+    return JSONResponse({"recommendations": [r.to_json() for r in records], "count": len(records)})
+
+
+def cluster_param(request: Request) -> str:
+    try:
+        return validate_cluster(request.path_params["cluster"])
+    except IdentityError as exc:
+        raise BadRequest(str(exc)) from exc
+
+
+async def get_mode(request: Request) -> Response:
+    cluster = cluster_param(request)
+    return JSONResponse({"cluster": cluster, "mode": await run_in_threadpool(services(request).engine.mode, cluster)})
+
+
+async def put_mode(request: Request) -> Response:
+    svc = services(request)
+    cluster = cluster_param(request)
+    who = operator_identity(request, svc.operator_token)
+    body = _parse(ModeBody, await read_capped(request, svc.settings.max_body_bytes))
+    await run_in_threadpool(svc.engine.set_mode, cluster, body.mode, who)
+    return JSONResponse({"cluster": cluster, "mode": body.mode})
+
+
+async def list_clusters(request: Request) -> Response:
+    svc = services(request)
+    names = set(svc.settings.clusters) | set(await run_in_threadpool(svc.store.modes))
+    return JSONResponse({"clusters": [{"cluster": c, "mode": svc.engine.mode(c)} for c in sorted(names)]})
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    svc = services(request)
+    try:
+        await run_in_threadpool(svc.store.ping)
+    except Exception as exc:  # noqa: BLE001 - any store failure means not ready
+        return JSONResponse({"status": "not ready", "detail": f"store: {exc}"}, status_code=503)
+    if svc.loop_task is None or svc.loop_task.done():
+        return JSONResponse({"status": "not ready", "detail": "decision loop not running"}, status_code=503)
+    return JSONResponse({"status": "ready", "time": rfc3339(svc.clock.now())})
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    svc = services(request)
+    await run_in_threadpool(svc.engine.refresh_gauges)
+    return Response(generate_latest(svc.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+ROUTES: list[BaseRoute] = [
+    Route("/v1/alerts", post_alerts, methods=["POST"]),
+    Route("/v1/decisions", list_decisions, methods=["GET"]),
+    Route("/v1/decisions/{id}", get_decision, methods=["GET"]),
+    Route("/v1/decisions/{id}/review", review_decision, methods=["POST"]),
+    Route("/v1/review/precision", precision, methods=["GET"]),
+    Route("/v1/recommendations", recommendations, methods=["GET"]),
+    Route("/v1/clusters", list_clusters, methods=["GET"]),
+    Route("/v1/clusters/{cluster}/mode", get_mode, methods=["GET"]),
+    Route("/v1/clusters/{cluster}/mode", put_mode, methods=["PUT"]),
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
+    Route("/metrics", metrics_endpoint, methods=["GET"]),
+]
+
+
+def _parse(model: type[_Body], body: bytes) -> _Body:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise BadRequest(_validation_detail(exc)) from exc
+
+
+def _validation_detail(exc: ValidationError) -> list[dict[str, Any]]:
+    return [
+        {"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in exc.errors(include_url=False)[:20]
+    ]
+
+
+async def responder_error(request: Request, exc: ResponderError) -> Response:
+    return JSONResponse({"error": exc.error, "detail": exc.detail}, status_code=exc.status_code)
+
+
+async def http_error(request: Request, exc: HTTPException) -> Response:
+    return JSONResponse({"error": exc.detail, "detail": None}, status_code=exc.status_code)
