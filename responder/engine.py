@@ -21,22 +21,47 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Protocol
 
 from anyio import to_thread
 
 from responder import breaker, isolation
 from responder.alerts import ClassifiedAlert, Notification, classify
 from responder.attribution import Enricher, NoEnrichment, Verdict, attribute
-from responder.breaker import BreakerCheck
+from responder.breaker import BreakerCheck, BreakerSettings
 from responder.clock import Clock
+from responder.isolation import LedgerSettings
 from responder.metrics import ResponderMetrics
 from responder.model import Action, AuditRecord, FailureClass, Incident, Kind, Mode, Outcome, StoredAlert, new_id
-from responder.policy import plan
+from responder.policy import PolicySettings, plan
 from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError
-from responder.settings import Settings
 from responder.store import AuditStore, IngestResult
 
 log = logging.getLogger(__name__)
+
+
+class ClusterConfig(Protocol):
+    """What the engine reads of one cluster's settings (``responder.settings.ClusterSettings``)."""
+
+    @property
+    def mode(self) -> Mode: ...
+    @property
+    def nodes(self) -> int | None: ...
+    @property
+    def policy(self) -> PolicySettings: ...
+
+
+class EngineConfig(Protocol):
+    """What the engine reads of the settings (``responder.settings.Settings``): the edge passes them in."""
+
+    @property
+    def correlation_window_s(self) -> float: ...
+    @property
+    def breaker(self) -> BreakerSettings: ...
+    @property
+    def ledger(self) -> LedgerSettings: ...
+    def cluster(self, name: str) -> ClusterConfig: ...
+
 
 MAX_CONCURRENT_ACTIONS = 8
 RETRY_DECISION_S = 5.0
@@ -45,7 +70,7 @@ RETRY_DECISION_S = 5.0
 class Engine:
     def __init__(
         self,
-        settings: Settings,
+        settings: EngineConfig,
         store: AuditStore,
         scheduler: Scheduler,
         clock: Clock,
