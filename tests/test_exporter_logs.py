@@ -26,6 +26,22 @@ def _append(path: Path, text: str) -> None:
         f.write(text)
 
 
+def _feed(src: LogSource, path: Path, text: str) -> None:
+    """Append ``text`` to ``path``, then let ``src`` poll once."""
+    _append(path, text)
+    src.poll()
+
+
+def _follow_empty_log(tmp_path: Path, glob: str = "train.log") -> tuple[Path, Sink, LogSource]:
+    """An empty ``train.log`` followed through ``glob``, after the first poll: the log, the sink, the source."""
+    log = tmp_path / "train.log"
+    log.write_text("")
+    sink = Sink()
+    src = LogSource([str(tmp_path / glob)], sink)
+    src.poll()
+    return log, sink, src
+
+
 def test_existing_files_start_at_end_new_files_at_start(tmp_path: Path) -> None:
     old = tmp_path / "rank0.log"
     old.write_text("old line before the exporter started\n")
@@ -54,18 +70,12 @@ def test_from_start_reads_existing_content(tmp_path: Path) -> None:
 
 
 def test_rotation_by_rename_keeps_the_tail_of_the_old_file(tmp_path: Path) -> None:
-    log = tmp_path / "train.log"
-    log.write_text("")
-    sink = Sink()
-    src = LogSource([str(tmp_path / "train.log")], sink)
-    src.poll()
-    _append(log, "a\n")
-    src.poll()
+    log, sink, src = _follow_empty_log(tmp_path)
+    _feed(src, log, "a\n")
     # the writer appends once more, then the file is rotated and a new one takes the name
     _append(log, "b\n")
     log.rename(tmp_path / "train.log.1")
-    with (tmp_path / "train.log.1").open("a") as f:  # the writer still holds the old file
-        f.write("c\n")
+    _append(tmp_path / "train.log.1", "c\n")  # the writer still holds the old file
     log.write_text("d\n")
     src.poll()
     src.poll()
@@ -78,13 +88,8 @@ def test_rotation_by_rename_keeps_the_tail_of_the_old_file(tmp_path: Path) -> No
 
 
 def test_rename_to_a_name_the_glob_still_matches_does_not_reread(tmp_path: Path) -> None:
-    log = tmp_path / "train.log"
-    log.write_text("")
-    sink = Sink()
-    src = LogSource([str(tmp_path / "train.log*")], sink)
-    src.poll()
-    _append(log, "a\n")
-    src.poll()
+    log, sink, src = _follow_empty_log(tmp_path, "train.log*")
+    _feed(src, log, "a\n")
     log.rename(tmp_path / "train.log.1")
     log.write_text("b\n")
     src.poll()
@@ -93,15 +98,9 @@ def test_rename_to_a_name_the_glob_still_matches_does_not_reread(tmp_path: Path)
 
 
 def test_truncation_reads_from_zero(tmp_path: Path) -> None:
-    log = tmp_path / "train.log"
-    log.write_text("")
-    sink = Sink()
-    src = LogSource([str(log)], sink)
-    src.poll()
-    _append(log, "one long line before truncation\n")
-    src.poll()
-    with log.open("w") as f:  # copytruncate
-        f.write("x\n")
+    log, sink, src = _follow_empty_log(tmp_path)
+    _feed(src, log, "one long line before truncation\n")
+    log.write_text("x\n")  # copytruncate: the same file, truncated and rewritten
     src.poll()
     assert sink.texts() == ["one long line before truncation", "x"]
     assert src.stats.truncations == 1
@@ -109,16 +108,10 @@ def test_truncation_reads_from_zero(tmp_path: Path) -> None:
 
 
 def test_partial_lines_wait_for_their_newline_and_stay_bounded(tmp_path: Path) -> None:
-    log = tmp_path / "train.log"
-    log.write_text("")
-    sink = Sink()
-    src = LogSource([str(log)], sink)
-    src.poll()
-    _append(log, "half a li")
-    src.poll()
+    log, sink, src = _follow_empty_log(tmp_path)
+    _feed(src, log, "half a li")
     assert sink.lines == []
-    _append(log, "ne\n")
-    src.poll()
+    _feed(src, log, "ne\n")
     assert sink.texts() == ["half a line"]
     _append(log, "x" * (MAX_PARTIAL + 10))  # no newline ever
     src.poll()
@@ -144,8 +137,7 @@ def test_kernel_file_followers_are_marked(tmp_path: Path) -> None:
     seen: list[bool] = []
     src = LogSource([], lambda f, data: seen.append(f.kernel), kernel_files=[str(kern)])
     src.poll()
-    _append(kern, "NVRM: Xid (PCI:0000:10:1c): 79, pid=1\n")
-    src.poll()
+    _feed(src, kern, "NVRM: Xid (PCI:0000:10:1c): 79, pid=1\n")
     assert seen == [True]
     src.close()
 
