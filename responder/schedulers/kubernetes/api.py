@@ -20,11 +20,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from responder.clock import format_rfc3339
 from responder.schedulers.base import ActionRequest, SchedulerError, identity_refusal
+from responder.schedulers.seam import SeamMetrics
 from trainguard.identity import validate_cluster
 
 PREFIX: Final = "trainguard.io/"
@@ -144,31 +145,18 @@ def make_api_client(settings: KubeSettings) -> Any:
     return client.ApiClient(configuration)
 
 
-class KubeRequestMetrics:
+class KubeRequestMetrics(SeamMetrics):
     """The seam's metrics. One instance per registry: share it between the adapters of several
     clusters (``JobSetScheduler(..., metrics=m)``); the ``cluster`` label tells them apart."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "trainguard_kubernetes_requests",
+        helps = (
             "Kubernetes API requests made by trainguard, by call and result (ok, not_found, error).",
-            ["cluster", "call", "result"],
-            registry=self.registry,
-        )
-        self.failures = Counter(
-            "trainguard_kubernetes_request_failures",
             "Kubernetes API requests that failed, by call and reason (the HTTP status, or the error's type).",
-            ["cluster", "call", "reason"],
-            registry=self.registry,
-        )
-        self.duration = Histogram(
-            "trainguard_kubernetes_request_duration_seconds",
             "Wall time of Kubernetes API requests made by trainguard.",
-            ["cluster", "call"],
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=self.registry,
         )
+        buckets = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+        super().__init__(registry, "trainguard_kubernetes_request", "call", helps, buckets)
 
 
 class KubeAPI:
@@ -204,13 +192,13 @@ class KubeAPI:
             data = response.data
         except ApiException as exc:
             if exc.status == 404:
-                m.requests.labels(self._cluster, what, "not_found").inc()
+                m.calls.labels(self._cluster, what, "not_found").inc()
                 return None
-            m.requests.labels(self._cluster, what, "error").inc()
+            m.calls.labels(self._cluster, what, "error").inc()
             m.failures.labels(self._cluster, what, str(exc.status)).inc()
             raise SchedulerError(f"{what}: HTTP {exc.status} {exc.reason}: {_status_message(exc.body)}") from exc
         except Exception as exc:  # the client raises urllib3, socket and ssl errors unwrapped
-            m.requests.labels(self._cluster, what, "error").inc()
+            m.calls.labels(self._cluster, what, "error").inc()
             m.failures.labels(self._cluster, what, type(exc).__name__).inc()
             raise SchedulerError(f"{what}: {type(exc).__name__}: {exc}") from exc
         finally:
@@ -218,10 +206,10 @@ class KubeAPI:
         try:
             body: dict[str, Any] = json.loads(data) if data else {}
         except ValueError as exc:
-            m.requests.labels(self._cluster, what, "error").inc()
+            m.calls.labels(self._cluster, what, "error").inc()
             m.failures.labels(self._cluster, what, "not_json").inc()
             raise SchedulerError(f"{what}: the API server answered something that is not JSON") from exc
-        m.requests.labels(self._cluster, what, "ok").inc()
+        m.calls.labels(self._cluster, what, "ok").inc()
         return body
 
     def _need(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
