@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from responder.clock import format_rfc3339
 from responder.schedulers.base import ActionRequest, SchedulerError, identity_refusal
 from responder.schedulers.seam import SeamMetrics
-from trainguard.identity import validate_cluster
+from trainguard.identity import validate_optional_cluster
 
 PREFIX: Final = "trainguard.io/"
 TAINT_KEY: Final = "trainguard.io/implicated"
@@ -116,10 +116,7 @@ class KubeSettings(BaseModel):
         "at once; further isolations are skipped.",
     )
 
-    @field_validator("cluster")
-    @classmethod
-    def _cluster(cls, v: str | None) -> str | None:
-        return None if v is None else validate_cluster(v)
+    _cluster = field_validator("cluster")(validate_optional_cluster)
 
     @field_validator("actor")
     @classmethod
