@@ -252,24 +252,16 @@ class KubeAPI:
     # -- custom resources
 
     def get_object(self, ref: ObjectRef) -> dict[str, Any] | None:
-        return self._call(
-            f"get {ref.plural}",
-            self._custom.get_namespaced_custom_object,
-            ref.group, ref.version, ref.namespace, ref.plural, ref.name,
-        )  # fmt: skip
+        return self._call(f"get {ref.plural}", self._custom.get_namespaced_custom_object, *ref.path)
 
     def get_object_status(self, ref: ObjectRef) -> dict[str, Any] | None:
-        return self._call(
-            f"get {ref.plural}/status",
-            self._custom.get_namespaced_custom_object_status,
-            ref.group, ref.version, ref.namespace, ref.plural, ref.name,
-        )  # fmt: skip
+        return self._call(f"get {ref.plural}/status", self._custom.get_namespaced_custom_object_status, *ref.path)
 
     def patch_object(self, ref: ObjectRef, patch: dict[str, Any]) -> dict[str, Any]:
         return self._need(
             f"patch {ref.plural}",
             self._custom.patch_namespaced_custom_object,
-            ref.group, ref.version, ref.namespace, ref.plural, ref.name, patch,
+            *ref.path, patch,
             _content_type=MERGE_PATCH,
         )  # fmt: skip
 
@@ -278,7 +270,7 @@ class KubeAPI:
         answer = self._call(
             f"delete {ref.plural}",
             self._custom.delete_namespaced_custom_object,
-            ref.group, ref.version, ref.namespace, ref.plural, ref.name,
+            *ref.path,
             propagation_policy="Foreground",
         )  # fmt: skip
         return answer is not None
@@ -308,6 +300,11 @@ class ObjectRef:
 
     def __str__(self) -> str:
         return f"{self.plural}.{self.group} {self.namespace}/{self.name}"
+
+    @property
+    def path(self) -> tuple[str, str, str, str, str]:
+        """The leading arguments of every ``CustomObjectsApi`` call on a namespaced object."""
+        return self.group, self.version, self.namespace, self.plural, self.name
 
 
 def split_workload(workload: str) -> tuple[str, str]:
