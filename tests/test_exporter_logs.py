@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from exporters.logs import MAX_PARTIAL, Follower, KmsgSource, LogSource, SourceStats
 
@@ -21,6 +24,9 @@ class Sink:
         return [t for _, t in self.lines]
 
 
+Follow = Callable[..., tuple[Path, Sink, LogSource]]
+
+
 def _append(path: Path, text: str) -> None:
     with path.open("a") as f:
         f.write(text)
@@ -32,14 +38,24 @@ def _feed(src: LogSource, path: Path, text: str) -> None:
     src.poll()
 
 
-def _follow_empty_log(tmp_path: Path, glob: str = "train.log") -> tuple[Path, Sink, LogSource]:
-    """An empty ``train.log`` followed through ``glob``, after the first poll: the log, the sink, the source."""
-    log = tmp_path / "train.log"
-    log.write_text("")
-    sink = Sink()
-    src = LogSource([str(tmp_path / glob)], sink)
-    src.poll()
-    return log, sink, src
+@pytest.fixture
+def follow_empty_log(tmp_path: Path) -> Iterator[Follow]:
+    """``follow_empty_log(glob="train.log")``: an empty ``train.log`` followed through ``glob``, after the
+    first poll (the log, the sink, the source); every source is closed after the test."""
+    sources: list[LogSource] = []
+
+    def follow(glob: str = "train.log") -> tuple[Path, Sink, LogSource]:
+        log = tmp_path / "train.log"
+        log.write_text("")
+        sink = Sink()
+        src = LogSource([str(tmp_path / glob)], sink)
+        sources.append(src)
+        src.poll()
+        return log, sink, src
+
+    yield follow
+    for src in sources:
+        src.close()
 
 
 def test_existing_files_start_at_end_new_files_at_start(tmp_path: Path) -> None:
@@ -69,13 +85,13 @@ def test_from_start_reads_existing_content(tmp_path: Path) -> None:
     src.close()
 
 
-def test_rotation_by_rename_keeps_the_tail_of_the_old_file(tmp_path: Path) -> None:
-    log, sink, src = _follow_empty_log(tmp_path)
+def test_rotation_by_rename_keeps_the_tail_of_the_old_file(follow_empty_log: Follow) -> None:
+    log, sink, src = follow_empty_log()
     _feed(src, log, "a\n")
     # the writer appends once more, then the file is rotated and a new one takes the name
     _append(log, "b\n")
-    log.rename(tmp_path / "train.log.1")
-    _append(tmp_path / "train.log.1", "c\n")  # the writer still holds the old file
+    log.rename(log.with_name("train.log.1"))
+    _append(log.with_name("train.log.1"), "c\n")  # the writer still holds the old file
     log.write_text("d\n")
     src.poll()
     src.poll()
@@ -84,31 +100,28 @@ def test_rotation_by_rename_keeps_the_tail_of_the_old_file(tmp_path: Path) -> No
     for _ in range(4):
         src.poll()
     assert len(src.files) == 1, "the rotated-away file is closed after draining"
-    src.close()
 
 
-def test_rename_to_a_name_the_glob_still_matches_does_not_reread(tmp_path: Path) -> None:
-    log, sink, src = _follow_empty_log(tmp_path, "train.log*")
+def test_rename_to_a_name_the_glob_still_matches_does_not_reread(follow_empty_log: Follow) -> None:
+    log, sink, src = follow_empty_log("train.log*")
     _feed(src, log, "a\n")
-    log.rename(tmp_path / "train.log.1")
+    log.rename(log.with_name("train.log.1"))
     log.write_text("b\n")
     src.poll()
     assert sink.texts() == ["a", "b"]
-    src.close()
 
 
-def test_truncation_reads_from_zero(tmp_path: Path) -> None:
-    log, sink, src = _follow_empty_log(tmp_path)
+def test_truncation_reads_from_zero(follow_empty_log: Follow) -> None:
+    log, sink, src = follow_empty_log()
     _feed(src, log, "one long line before truncation\n")
     log.write_text("x\n")  # copytruncate: the same file, truncated and rewritten
     src.poll()
     assert sink.texts() == ["one long line before truncation", "x"]
     assert src.stats.truncations == 1
-    src.close()
 
 
-def test_partial_lines_wait_for_their_newline_and_stay_bounded(tmp_path: Path) -> None:
-    log, sink, src = _follow_empty_log(tmp_path)
+def test_partial_lines_wait_for_their_newline_and_stay_bounded(follow_empty_log: Follow) -> None:
+    log, sink, src = follow_empty_log()
     _feed(src, log, "half a li")
     assert sink.lines == []
     _feed(src, log, "ne\n")
@@ -117,7 +130,6 @@ def test_partial_lines_wait_for_their_newline_and_stay_bounded(tmp_path: Path) -
     src.poll()
     assert len(sink.lines) == 2
     assert all(len(f.partial) <= MAX_PARTIAL for f in src.files.values())
-    src.close()
 
 
 def test_deleted_file_is_closed(tmp_path: Path) -> None:
