@@ -33,13 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from exporters.engines import hyperscan_available
+from exporters.patterns import Matcher, load_catalog
+from exporters.patterns_cli import iter_findings
+from trainguard.lab.common import free_port
 
-from exporters.engines import hyperscan_available  # noqa: E402
-from exporters.patterns import Matcher, load_catalog  # noqa: E402
-from exporters.patterns_cli import iter_findings  # noqa: E402 - after the path set-up above
-from tests.services import free_port  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 XID_LINE = "[{t:.6f}] NVRM: Xid (PCI:0000:10:1c): 79, pid=1896, name=python3, GPU has fallen off the bus.\n"
 

@@ -79,6 +79,12 @@ def _latency(name: str, title: str, what: str) -> Json:
     )
 
 
+def _in_range(title: str, metric: str, by: str, selector: str, legend: str, what: str, w: int) -> Json:
+    """A bar gauge of ``metric``'s increase over the time range, summed ``by`` its labels."""
+    query = f"sum by ({by}) (increase({metric}{{{selector}}}[$__range]))"
+    return bargauge(title, [prom(query, legend, instant=True)], what, w=w)
+
+
 def fleet() -> Json:
     overview = Row("Overview", [
         stat("Workloads watched", [prom(
@@ -113,14 +119,10 @@ def fleet() -> Json:
             "{{action}} ({{mode}})")],
             "Audit records per action and mode. Monitor-mode records are recommendations; act-mode ones were "
             "carried out.", stacked=True, bars=True),
-        bargauge("Decisions by outcome", [prom(
-            f"sum by (outcome) (increase(trainguard_responder_decisions_total{{{CLUSTER}}}[$__range]))",
-            "{{outcome}}", instant=True)],
-            "planned (monitor), done, failed, skipped (breaker or no action), pending (in flight).", w=6),
-        bargauge("Incidents by cluster", [prom(
-            f"sum by (cluster) (increase(trainguard_responder_incidents_total{{{CLUSTER}}}[$__range]))",
-            "{{cluster}}", instant=True)],
-            "Incidents opened in the time range.", w=6),
+        _in_range("Decisions by outcome", "trainguard_responder_decisions_total", "outcome", CLUSTER, "{{outcome}}",
+                  "planned (monitor), done, failed, skipped (breaker or no action), pending (in flight).", w=6),
+        _in_range("Incidents by cluster", "trainguard_responder_incidents_total", "cluster", CLUSTER, "{{cluster}}",
+                  "Incidents opened in the time range.", w=6),
         timeseries("Alerts received", [prom(
             "sum by (outcome) (rate(trainguard_responder_alerts_received_total[$__rate_interval]))", "{{outcome}}")],
             "Alertmanager alerts by outcome: new evidence, duplicate, rejected (bad labels), ignored, resolved.",
@@ -197,10 +199,8 @@ def workload() -> Json:
             "Per rank: grows without bound for a hung or crashed rank.", unit="s"),
     ])  # fmt: skip
     logs_row = Row("Log patterns, checkpoints, attempts", [
-        bargauge("Log-pattern matches", [prom(
-            f"sum by (pattern, category) (increase(trainguard_log_pattern_matches_total{{{WL}}}[$__range]))",
-            "{{pattern}} ({{category}})", instant=True)],
-            "Log lines that matched a catalog pattern in the time range.", w=8),
+        _in_range("Log-pattern matches", "trainguard_log_pattern_matches_total", "pattern, category", WL,
+                  "{{pattern}} ({{category}})", "Log lines that matched a catalog pattern in the time range.", w=8),
         timeseries("Log-pattern matches over time", [prom(
             f"sum by (pattern) (increase(trainguard_log_pattern_matches_total{{{WL}}}[$__rate_interval]))",
             "{{pattern}}")], "When the patterns matched.", w=8, bars=True, stacked=True),

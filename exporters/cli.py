@@ -86,20 +86,22 @@ class UsageError(ValueError):
     pass
 
 
+def _env_option(p: argparse.ArgumentParser, env: Mapping[str, str], flag: str, text: str, **kwargs: Any) -> None:
+    """Add ``flag``; its help, ``text``, ends with the environment variable that also sets it."""
+    p.add_argument(flag, help=f"{text} [{env[flag[2:].replace('-', '_')]}]", **kwargs)
+
+
 def _workload_options(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
     """The exporter's options for lines no state file names, progress parsing, NVML and the identity cap."""
-    p.add_argument("--workload", help=f"workload label for log lines when no state file names it [{env['workload']}]")
-    p.add_argument(
-        "--scheduler",
-        choices=["slurm", "jobset", "pytorchjob"],
-        help=f"scheduler label with --workload [{env['scheduler']}]",
-    )
-    p.add_argument("--attempt", help=f"attempt label with --workload (default 0) [{env['attempt']}]")
-    p.add_argument(
+    _env_option(p, env, "--workload", "workload label for log lines when no state file names it")
+    _env_option(p, env, "--scheduler", "scheduler label with --workload", choices=["slurm", "jobset", "pytorchjob"])
+    _env_option(p, env, "--attempt", "attempt label with --workload (default 0)")
+    _env_option(
+        p,
+        env,
         "--rank-from-path",
+        r"regex whose group 1 is the rank in a log file's name (default 'rank[-_.]?(\d+)'; '' for none)",
         metavar="REGEX",
-        help=rf"regex whose group 1 is the rank in a log file's name (default 'rank[-_.]?(\d+)'; '' for none)"
-        f" [{env['rank_from_path']}]",
     )
     p.add_argument(
         "--log-progress",
@@ -107,19 +109,16 @@ def _workload_options(p: argparse.ArgumentParser, env: Mapping[str, str]) -> Non
         default=None,
         help="parse 'step N' / 'iteration N/M' from the logs for ranks without the progress hook",
     )
-    p.add_argument(
+    _env_option(
+        p,
+        env,
         "--progress-pattern",
+        "a progress regex with a (?P<step>...) group (implies --log-progress); repeatable",
         action="append",
         metavar="REGEX",
-        help="a progress regex with a (?P<step>...) group (implies --log-progress); repeatable"
-        f" [{env['progress_pattern']}]",
     )
     p.add_argument("--no-nvml", action="store_true", default=None, help="do not try NVML even where it is installed")
-    p.add_argument(
-        "--max-identities",
-        type=int,
-        help=f"cap on identity label sets for log counters (default 1024) [{env['max_identities']}]",
-    )
+    _env_option(p, env, "--max-identities", "cap on identity label sets for log counters (default 1024)", type=int)
 
 
 def register(sub: Any) -> None:
@@ -133,41 +132,45 @@ def register(sub: Any) -> None:
     )
     env = {k: v[0] for k, v in _ENV.items()}
     p.add_argument("--config", type=Path, help="YAML file with any of the options below (keys as dest names)")
-    p.add_argument("--cluster", help=f"cluster name for the 'cluster' label (required) [{env['cluster']}]")
-    p.add_argument(
-        "--node", help=f"this node's name for 'host' (default: SLURMD_NODENAME, NODE_NAME, hostname) [{env['node']}]"
-    )
-    p.add_argument(
-        "--listen", metavar="ADDR", help=f"address to serve /metrics on (default 127.0.0.1) [{env['listen']}]"
-    )
-    p.add_argument("--port", type=int, help=f"port to serve /metrics on (default 9481) [{env['port']}]")
+    _env_option(p, env, "--cluster", "cluster name for the 'cluster' label (required)")
+    _env_option(p, env, "--node", "this node's name for 'host' (default: SLURMD_NODENAME, NODE_NAME, hostname)")
+    _env_option(p, env, "--listen", "address to serve /metrics on (default 127.0.0.1)", metavar="ADDR")
+    _env_option(p, env, "--port", "port to serve /metrics on (default 9481)", type=int)
     p.add_argument(
         "--log",
         action="append",
         metavar="GLOB",
         help=f"training log files to follow, a glob ('**' allowed); repeatable [{env['log']}, comma-separated]",
     )
-    p.add_argument(
+    _env_option(
+        p,
+        env,
         "--kernel-log",
+        "kernel log for 'NVRM: Xid' lines: /dev/kmsg or a file such as /var/log/kern.log",
         metavar="PATH",
-        help=f"kernel log for 'NVRM: Xid' lines: /dev/kmsg or a file such as /var/log/kern.log [{env['kernel_log']}]",
     )
-    p.add_argument(
+    _env_option(
+        p,
+        env,
         "--progress-dir",
+        f"where training's progress hook writes state files (default {DEFAULT_DIR})",
         metavar="DIR",
-        help=f"where training's progress hook writes state files (default {DEFAULT_DIR}) [{env['progress_dir']}]",
     )
-    p.add_argument("--catalog", metavar="CSV", help=f"pattern catalog (default: the one shipped) [{env['catalog']}]")
-    p.add_argument(
+    _env_option(p, env, "--catalog", "pattern catalog (default: the one shipped)", metavar="CSV")
+    _env_option(
+        p,
+        env,
         "--poll-interval",
+        "how often logs and state files are checked (default 1)",
         type=float,
         metavar="SECONDS",
-        help=f"how often logs and state files are checked (default 1) [{env['poll_interval']}]",
     )
-    p.add_argument(
+    _env_option(
+        p,
+        env,
         "--alertmanager-url",
+        "fast path: also POST critical alerts to this Alertmanager (http://am:9093)",
         metavar="URL",
-        help=f"fast path: also POST critical alerts to this Alertmanager (http://am:9093) [{env['alertmanager_url']}]",
     )
     p.add_argument(
         "--from-start",

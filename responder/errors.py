@@ -6,42 +6,39 @@ from typing import Any
 
 
 class ResponderError(Exception):
+    """An error with its HTTP status and the short ``error`` text; a subclass names both in its bases."""
+
     status_code = 500
     error = "internal error"
+
+    def __init_subclass__(cls, status_code: int = 500, error: str = "internal error") -> None:
+        super().__init_subclass__()
+        cls.status_code = status_code
+        cls.error = error
 
     def __init__(self, detail: Any = None) -> None:
         super().__init__(detail)
         self.detail = detail
 
 
-class BadRequest(ResponderError):
-    status_code = 400
-    error = "bad request"
+class BadRequest(ResponderError, status_code=400, error="bad request"): ...
 
 
-class Unauthorized(ResponderError):
-    status_code = 401
-    error = "unauthorized"
+class Unauthorized(ResponderError, status_code=401, error="unauthorized"): ...
 
 
-class Forbidden(ResponderError):
-    status_code = 403
-    error = "forbidden"
+class Forbidden(ResponderError, status_code=403, error="forbidden"): ...
 
 
-class NotFound(ResponderError):
-    status_code = 404
-    error = "not found"
+class NotFound(ResponderError, status_code=404, error="not found"): ...
 
 
-class PayloadTooLarge(ResponderError):
-    status_code = 413
-    error = "payload too large"
+class PayloadTooLarge(ResponderError, status_code=413, error="payload too large"): ...
 
 
-class StoreUnavailable(ResponderError):
-    status_code = 503
-    error = "could not store the notification; Alertmanager will retry"
+class StoreUnavailable(
+    ResponderError, status_code=503, error="could not store the notification; Alertmanager will retry"
+): ...
 
 
 class ConfigError(ValueError):

@@ -189,33 +189,25 @@ def push_body(entries: Iterable[Entry]) -> dict[str, Any]:
 
 class LokiMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.pushed = Counter(
-            "trainguard_responder_loki_pushed_total", "Audit records Loki accepted", registry=registry
+        def counter(name: str, doc: str, *labels: str) -> Counter:
+            return Counter(f"trainguard_responder_loki_{name}", doc, labels, registry=registry)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(f"trainguard_responder_loki_{name}", doc, registry=registry)
+
+        self.pushed = counter("pushed_total", "Audit records Loki accepted")
+        self.failures = counter(
+            "push_failures_total", "Failed push requests, by reason: http_5xx, http_429, http_4xx, transport", "reason"
         )
-        self.failures = Counter(
-            "trainguard_responder_loki_push_failures_total",
-            "Failed push requests, by reason: http_5xx, http_429, http_4xx, transport",
-            ["reason"],
-            registry=registry,
-        )
-        self.spooled = Counter(
-            "trainguard_responder_loki_spooled_total", "Audit records written to the on-disk spool", registry=registry
-        )
-        self.dropped = Counter(
-            "trainguard_responder_loki_dropped_total",
+        self.spooled = counter("spooled_total", "Audit records written to the on-disk spool")
+        self.dropped = counter(
+            "dropped_total",
             "Audit records not mirrored, by reason: queue_full, spool_full, rejected (a 4xx Loki will not take)",
-            ["reason"],
-            registry=registry,
+            "reason",
         )
-        self.queue_depth = Gauge(
-            "trainguard_responder_loki_queue_depth", "Audit records waiting in memory for a push", registry=registry
-        )
-        self.spool_bytes = Gauge(
-            "trainguard_responder_loki_spool_bytes", "Bytes of audit batches waiting in the spool", registry=registry
-        )
-        self.spool_files = Gauge(
-            "trainguard_responder_loki_spool_files", "Audit batches waiting in the spool", registry=registry
-        )
+        self.queue_depth = gauge("queue_depth", "Audit records waiting in memory for a push")
+        self.spool_bytes = gauge("spool_bytes", "Bytes of audit batches waiting in the spool")
+        self.spool_files = gauge("spool_files", "Audit batches waiting in the spool")
 
 
 class _PushFailed(Exception):

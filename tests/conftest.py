@@ -17,6 +17,7 @@ from responder.engine import Engine
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import Settings
 from responder.store.sqlite import SqliteStore
+from tests.fake_k8s import FakeKube, FakeServer, serve
 from tests.services import LOOPBACK, wait_until
 
 
@@ -86,3 +87,9 @@ def make_responder(tmp_path: Path) -> Iterator[Callable[..., Responder]]:
 @pytest.fixture
 def responder(make_responder: Callable[..., Responder]) -> Responder:
     return make_responder()
+
+
+@pytest.fixture
+def server(kube: FakeKube) -> Iterator[FakeServer]:
+    """The fake Kubernetes API server (``tests/fake_k8s.py``) serving the test module's ``kube`` fixture."""
+    yield from serve(kube)

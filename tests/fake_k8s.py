@@ -43,10 +43,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
+
 from responder.clock import format_rfc3339
+from responder.model import Action
+from responder.schedulers.base import ActionRequest, ActionResult
 from tests.services import unavailable
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
@@ -58,6 +62,40 @@ GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 PYTORCH_POD_LABEL = "training.kubeflow.org/job-name"
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?)?")
 T0 = datetime(2026, 11, 29, 11, 0, tzinfo=UTC)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)  # the adapters' clock in the tests, an hour after T0
+MERGE = "application/merge-patch+json"
+
+
+Scheduler = TypeVar("Scheduler")
+
+
+def build_adapter(
+    scheduler: Callable[..., Scheduler], settings: Callable[..., Any], server: FakeServer, overrides: dict[str, Any]
+) -> Scheduler:
+    """An adapter on ``server`` at ``NOW``, with the tests' settings (short verify timeout, fast polling)."""
+    options = {"verify_timeout_s": 2.0, "poll_interval_s": 0.01, "max_isolated_fraction": 0.5, **overrides}
+    return scheduler(settings(**options), api_client=server.api_client(), now=lambda: NOW)
+
+
+def make_request(action: Action, workload: str, reason: str, incident: str, /, **fields: Any) -> ActionRequest:
+    """An attempt-0 request on cluster ``lab``; ``fields`` override any of its values."""
+    values: dict[str, Any] = {
+        "cluster": "lab",
+        "workload": workload,
+        "incident_id": incident,
+        "reason": reason,
+        "attempt": "0",
+        **fields,
+    }
+    return ActionRequest(action=action, **values)
+
+
+def assert_foreground_delete(kube: FakeKube, result: ActionResult, path: str) -> None:
+    """The action did one write, a verified foreground DELETE of ``path``."""
+    assert result.outcome == "done"
+    assert result.verified
+    [delete] = kube.writes()
+    assert (delete.method, delete.path, delete.query) == ("DELETE", path, {"propagationPolicy": ["Foreground"]})
 
 
 def require_module(module: str, package: str) -> Any:
@@ -66,6 +104,12 @@ def require_module(module: str, package: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         unavailable(f"{module} not importable: pip install {package}")
+
+
+def k8s_only() -> pytest.MarkDecorator:
+    """For ``pytestmark``: the ``k8s`` mark, once the kubernetes client is known to import (else skip or fail)."""
+    require_module("kubernetes", "'trainguard[k8s]' (the kubernetes client)")
+    return pytest.mark.k8s
 
 
 def ts(moment: datetime) -> str:
@@ -172,6 +216,14 @@ class FakeKube:
         with self.lock:
             self.objects[(resource, meta.get("namespace", ""), meta["name"])] = self._stamp(obj)
         return obj
+
+    @classmethod
+    def four_nodes(cls, taints: dict[str, list[dict[str, Any]]] | None = None) -> FakeKube:
+        """A fake cluster with the nodes ``gpu-1`` to ``gpu-4``, tainted as ``taints`` says (by node name)."""
+        kube = cls()
+        for name in ("gpu-1", "gpu-2", "gpu-3", "gpu-4"):
+            kube.add_node(name, taints=(taints or {}).get(name))
+        return kube
 
     def add_node(self, name: str, taints: list[dict[str, Any]] | None = None, unschedulable: bool = False) -> None:
         spec: dict[str, Any] = {"podCIDR": "10.0.0.0/24"}

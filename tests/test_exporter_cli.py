@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from exporters import progress
 from exporters.cli import UsageError, build_config, resolve_options
 from tests.services import free_port, wait_until
 from trainguard.cli import build_parser, main
+from trainguard.lab.common import terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 XID79 = "[ 8901.2] NVRM: Xid (PCI:0000:10:1c): 79, pid=1896, name=python3, GPU has fallen off the bus.\n"
@@ -68,12 +68,7 @@ def exporter(tmp_path: Path) -> Iterator[Running]:
         assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
         yield running
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        terminate(proc)
         if proc.stdout:
             proc.stdout.close()
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from exporters.logs import MAX_PARTIAL, Follower, KmsgSource, LogSource, SourceStats
 
@@ -21,9 +24,38 @@ class Sink:
         return [t for _, t in self.lines]
 
 
+Follow = Callable[..., tuple[Path, Sink, LogSource]]
+
+
 def _append(path: Path, text: str) -> None:
     with path.open("a") as f:
         f.write(text)
+
+
+def _feed(src: LogSource, path: Path, text: str) -> None:
+    """Append ``text`` to ``path``, then let ``src`` poll once."""
+    _append(path, text)
+    src.poll()
+
+
+@pytest.fixture
+def follow_empty_log(tmp_path: Path) -> Iterator[Follow]:
+    """``follow_empty_log(glob="train.log")``: an empty ``train.log`` followed through ``glob``, after the
+    first poll (the log, the sink, the source); every source is closed after the test."""
+    sources: list[LogSource] = []
+
+    def follow(glob: str = "train.log") -> tuple[Path, Sink, LogSource]:
+        log = tmp_path / "train.log"
+        log.write_text("")
+        sink = Sink()
+        src = LogSource([str(tmp_path / glob)], sink)
+        sources.append(src)
+        src.poll()
+        return log, sink, src
+
+    yield follow
+    for src in sources:
+        src.close()
 
 
 def test_existing_files_start_at_end_new_files_at_start(tmp_path: Path) -> None:
@@ -53,19 +85,13 @@ def test_from_start_reads_existing_content(tmp_path: Path) -> None:
     src.close()
 
 
-def test_rotation_by_rename_keeps_the_tail_of_the_old_file(tmp_path: Path) -> None:
-    log = tmp_path / "train.log"
-    log.write_text("")
-    sink = Sink()
-    src = LogSource([str(tmp_path / "train.log")], sink)
-    src.poll()
-    _append(log, "a\n")
-    src.poll()
+def test_rotation_by_rename_keeps_the_tail_of_the_old_file(follow_empty_log: Follow) -> None:
+    log, sink, src = follow_empty_log()
+    _feed(src, log, "a\n")
     # the writer appends once more, then the file is rotated and a new one takes the name
     _append(log, "b\n")
-    log.rename(tmp_path / "train.log.1")
-    with (tmp_path / "train.log.1").open("a") as f:  # the writer still holds the old file
-        f.write("c\n")
+    log.rename(log.with_name("train.log.1"))
+    _append(log.with_name("train.log.1"), "c\n")  # the writer still holds the old file
     log.write_text("d\n")
     src.poll()
     src.poll()
@@ -74,57 +100,36 @@ def test_rotation_by_rename_keeps_the_tail_of_the_old_file(tmp_path: Path) -> No
     for _ in range(4):
         src.poll()
     assert len(src.files) == 1, "the rotated-away file is closed after draining"
-    src.close()
 
 
-def test_rename_to_a_name_the_glob_still_matches_does_not_reread(tmp_path: Path) -> None:
-    log = tmp_path / "train.log"
-    log.write_text("")
-    sink = Sink()
-    src = LogSource([str(tmp_path / "train.log*")], sink)
-    src.poll()
-    _append(log, "a\n")
-    src.poll()
-    log.rename(tmp_path / "train.log.1")
+def test_rename_to_a_name_the_glob_still_matches_does_not_reread(follow_empty_log: Follow) -> None:
+    log, sink, src = follow_empty_log("train.log*")
+    _feed(src, log, "a\n")
+    log.rename(log.with_name("train.log.1"))
     log.write_text("b\n")
     src.poll()
     assert sink.texts() == ["a", "b"]
-    src.close()
 
 
-def test_truncation_reads_from_zero(tmp_path: Path) -> None:
-    log = tmp_path / "train.log"
-    log.write_text("")
-    sink = Sink()
-    src = LogSource([str(log)], sink)
-    src.poll()
-    _append(log, "one long line before truncation\n")
-    src.poll()
-    with log.open("w") as f:  # copytruncate
-        f.write("x\n")
+def test_truncation_reads_from_zero(follow_empty_log: Follow) -> None:
+    log, sink, src = follow_empty_log()
+    _feed(src, log, "one long line before truncation\n")
+    log.write_text("x\n")  # copytruncate: the same file, truncated and rewritten
     src.poll()
     assert sink.texts() == ["one long line before truncation", "x"]
     assert src.stats.truncations == 1
-    src.close()
 
 
-def test_partial_lines_wait_for_their_newline_and_stay_bounded(tmp_path: Path) -> None:
-    log = tmp_path / "train.log"
-    log.write_text("")
-    sink = Sink()
-    src = LogSource([str(log)], sink)
-    src.poll()
-    _append(log, "half a li")
-    src.poll()
+def test_partial_lines_wait_for_their_newline_and_stay_bounded(follow_empty_log: Follow) -> None:
+    log, sink, src = follow_empty_log()
+    _feed(src, log, "half a li")
     assert sink.lines == []
-    _append(log, "ne\n")
-    src.poll()
+    _feed(src, log, "ne\n")
     assert sink.texts() == ["half a line"]
     _append(log, "x" * (MAX_PARTIAL + 10))  # no newline ever
     src.poll()
     assert len(sink.lines) == 2
     assert all(len(f.partial) <= MAX_PARTIAL for f in src.files.values())
-    src.close()
 
 
 def test_deleted_file_is_closed(tmp_path: Path) -> None:
@@ -144,8 +149,7 @@ def test_kernel_file_followers_are_marked(tmp_path: Path) -> None:
     seen: list[bool] = []
     src = LogSource([], lambda f, data: seen.append(f.kernel), kernel_files=[str(kern)])
     src.poll()
-    _append(kern, "NVRM: Xid (PCI:0000:10:1c): 79, pid=1\n")
-    src.poll()
+    _feed(src, kern, "NVRM: Xid (PCI:0000:10:1c): 79, pid=1\n")
     assert seen == [True]
     src.close()
 

@@ -7,7 +7,6 @@ failed instead under TRAINGUARD_REQUIRE_SERVICES=1 (CI).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import yaml
 
 from exporters.fastpath import FastPath
 from tests.services import free_port, require_binary, wait_until
+from trainguard.lab.common import terminate
 
 pytestmark = pytest.mark.prometheus
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,16 +29,6 @@ XID79 = "[ 8901.2] NVRM: Xid (PCI:0000:10:1c): 79, pid=1896, name=python3, GPU h
 def _spawn(argv: list[str], workdir: Path, name: str) -> subprocess.Popen[bytes]:
     with (workdir / f"{name}.log").open("wb") as log:
         return subprocess.Popen(argv, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def _get(url: str, params: dict[str, str] | None = None) -> Any:
@@ -76,7 +66,7 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
         assert proc.poll() is None, (tmp_path / "alertmanager.log").read_text()
         yield url
     finally:
-        _stop(proc)
+        terminate(proc)
 
 
 def test_fast_path_alert_lands_in_alertmanager_and_merges(alertmanager: str) -> None:
@@ -144,8 +134,8 @@ def exporter_and_prometheus(tmp_path: Path) -> Iterator[tuple[Path, str]]:
         assert prom.poll() is None, (tmp_path / "prometheus.log").read_text()
         yield tmp_path, url
     finally:
-        _stop(prom)
-        _stop(exporter)
+        terminate(prom)
+        terminate(exporter)
 
 
 def _query(url: str, promql: str) -> list[dict[str, Any]]:

@@ -7,8 +7,6 @@ verbs, paths, patch bodies and content types a real API server would receive.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,50 +16,29 @@ from responder.model import Action
 from responder.schedulers.base import ActionRequest, SchedulerError, WorkloadState
 from responder.schedulers.kubernetes.api import KubeRequestMetrics
 from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings
-from tests.fake_k8s import FakeKube, FakeServer, require_module, serve
+from tests.fake_k8s import MERGE, FakeKube, FakeServer, assert_foreground_delete, build_adapter, k8s_only, make_request
 
-require_module("kubernetes", "'trainguard[k8s]' (the kubernetes client)")
+pytestmark = k8s_only()
 
-pytestmark = pytest.mark.k8s
-
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 INCIDENT = "inc_0123456789abcdef"
-MERGE = "application/merge-patch+json"
 JOBSETS = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets"
 
 
 @pytest.fixture
 def kube() -> FakeKube:
-    kube = FakeKube()
-    kube.add_node("gpu-1")
-    kube.add_node("gpu-2", taints=[{"key": "example.com/maintenance", "value": "soon", "effect": "PreferNoSchedule"}])
-    kube.add_node("gpu-3")
-    kube.add_node("gpu-4")
+    kube = FakeKube.four_nodes(
+        {"gpu-2": [{"key": "example.com/maintenance", "value": "soon", "effect": "PreferNoSchedule"}]}
+    )
     kube.add_jobset("ml", "llama", replicas=2, nodes=["gpu-1", "gpu-2"])
     return kube
 
 
-@pytest.fixture
-def server(kube: FakeKube) -> Iterator[FakeServer]:
-    yield from serve(kube)
-
-
 def adapter(server: FakeServer, **settings: Any) -> JobSetScheduler:
-    options: dict[str, Any] = {"verify_timeout_s": 2.0, "poll_interval_s": 0.01, "max_isolated_fraction": 0.5}
-    options.update(settings)
-    return JobSetScheduler(JobSetSettings(**options), api_client=server.api_client(), now=lambda: NOW)
+    return build_adapter(JobSetScheduler, JobSetSettings, server, settings)
 
 
 def request(action: Action, **fields: Any) -> ActionRequest:
-    values: dict[str, Any] = {
-        "cluster": "lab",
-        "workload": "ml/llama",
-        "incident_id": INCIDENT,
-        "reason": "XID 79 on gpu-2",
-        "attempt": "0",
-    }
-    values.update(fields)
-    return ActionRequest(action=action, **values)
+    return make_request(action, "ml/llama", "XID 79 on gpu-2", INCIDENT, **fields)
 
 
 def writes(kube: FakeKube) -> list[tuple[str, str, str | None, Any]]:
@@ -188,15 +165,7 @@ def test_stop_suspends_the_jobset(kube: FakeKube, server: FakeServer) -> None:
 
 def test_stop_delete_mode_deletes_in_foreground(kube: FakeKube, server: FakeServer) -> None:
     result = adapter(server, stop_mode="delete").act(request(Action.STOP))
-
-    assert result.outcome == "done"
-    assert result.verified
-    [delete] = kube.writes()
-    assert (delete.method, delete.path, delete.query) == (
-        "DELETE",
-        f"{JOBSETS}/llama",
-        {"propagationPolicy": ["Foreground"]},
-    )
+    assert_foreground_delete(kube, result, f"{JOBSETS}/llama")
     assert kube.get("jobsets", "ml", "llama") is None
 
 

@@ -6,8 +6,6 @@ every request; its toy Training Operator re-creates deleted pods. No real API se
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,48 +13,27 @@ import pytest
 from responder.model import Action
 from responder.schedulers.base import ActionRequest, WorkloadState
 from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings
-from tests.fake_k8s import FakeKube, FakeServer, require_module, serve
+from tests.fake_k8s import MERGE, FakeKube, FakeServer, assert_foreground_delete, build_adapter, k8s_only, make_request
 
-require_module("kubernetes", "'trainguard[k8s]' (the kubernetes client)")
+pytestmark = k8s_only()
 
-pytestmark = pytest.mark.k8s
-
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 INCIDENT = "inc_00000000000000aa"
-MERGE = "application/merge-patch+json"
 PYTORCHJOBS = "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs"
 
 
 @pytest.fixture
 def kube() -> FakeKube:
-    kube = FakeKube()
-    for name in ("gpu-1", "gpu-2", "gpu-3", "gpu-4"):
-        kube.add_node(name)
+    kube = FakeKube.four_nodes()
     kube.add_pytorchjob("ml", "bert", workers=2, nodes=["gpu-1", "gpu-2", "gpu-3"])
     return kube
 
 
-@pytest.fixture
-def server(kube: FakeKube) -> Iterator[FakeServer]:
-    yield from serve(kube)
-
-
 def adapter(server: FakeServer, **settings: Any) -> PyTorchJobScheduler:
-    options: dict[str, Any] = {"verify_timeout_s": 2.0, "poll_interval_s": 0.01, "max_isolated_fraction": 0.5}
-    options.update(settings)
-    return PyTorchJobScheduler(PyTorchJobSettings(**options), api_client=server.api_client(), now=lambda: NOW)
+    return build_adapter(PyTorchJobScheduler, PyTorchJobSettings, server, settings)
 
 
 def request(action: Action, **fields: Any) -> ActionRequest:
-    values: dict[str, Any] = {
-        "cluster": "lab",
-        "workload": "ml/bert",
-        "incident_id": INCIDENT,
-        "reason": "NCCL timeout, XID 79 on gpu-2",
-        "attempt": "0",
-    }
-    values.update(fields)
-    return ActionRequest(action=action, **values)
+    return make_request(action, "ml/bert", "NCCL timeout, XID 79 on gpu-2", INCIDENT, **fields)
 
 
 def test_requeue_excluding_isolates_bumps_the_attempt_and_replaces_pods(kube: FakeKube, server: FakeServer) -> None:
@@ -136,14 +113,7 @@ def test_stop_suspends_through_run_policy(kube: FakeKube, server: FakeServer) ->
 
 def test_stop_delete_mode(kube: FakeKube, server: FakeServer) -> None:
     result = adapter(server, stop_mode="delete").act(request(Action.STOP))
-    assert result.outcome == "done"
-    assert result.verified
-    [delete] = kube.writes()
-    assert (delete.method, delete.path, delete.query) == (
-        "DELETE",
-        f"{PYTORCHJOBS}/bert",
-        {"propagationPolicy": ["Foreground"]},
-    )
+    assert_foreground_delete(kube, result, f"{PYTORCHJOBS}/bert")
 
 
 def test_hostile_workload_is_refused_before_any_request(kube: FakeKube, server: FakeServer) -> None:

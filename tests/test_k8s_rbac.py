@@ -9,7 +9,6 @@ authorizer would see it, is compared with ``PERMISSIONS`` and with the chart's r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,9 @@ from responder.schedulers.kubernetes.api import PERMISSIONS
 from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings
 from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings
 from responder.schedulers.kubernetes.workload import KubeWorkloadScheduler
-from tests.fake_k8s import FakeKube, FakeServer, require_module, serve
+from tests.fake_k8s import FakeKube, FakeServer, k8s_only
 
-require_module("kubernetes", "'trainguard[k8s]' (the kubernetes client)")
-
-pytestmark = pytest.mark.k8s
+pytestmark = k8s_only()
 
 RBAC_DIR = Path(__file__).resolve().parent.parent / "k8s" / "trainguard" / "files" / "rbac"
 Permission = tuple[str, str, str]
@@ -46,18 +43,11 @@ def rule_file(name: str) -> set[Permission]:
 
 @pytest.fixture
 def kube() -> FakeKube:
-    kube = FakeKube()
-    for name in ("gpu-1", "gpu-2", "gpu-3", "gpu-4"):
-        kube.add_node(name)
+    kube = FakeKube.four_nodes()
     for name in ("a", "b"):
         kube.add_jobset("ml", name, nodes=["gpu-1", "gpu-2"])
         kube.add_pytorchjob("ml", name, nodes=["gpu-1", "gpu-2", "gpu-3"])
     return kube
-
-
-@pytest.fixture
-def server(kube: FakeKube) -> Iterator[FakeServer]:
-    yield from serve(kube)
 
 
 def exercise(sched: KubeWorkloadScheduler, delete: KubeWorkloadScheduler) -> None:

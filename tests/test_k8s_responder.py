@@ -9,7 +9,6 @@ recorded ``done`` and verified. Also: the adapter built from a kubeconfig file, 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,27 +24,18 @@ from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler
 from responder.schedulers.router import ClusterSchedulers, build_schedulers
 from responder.settings import Settings
 from responder.store.sqlite import SqliteStore
-from tests.fake_k8s import FakeKube, FakeServer, require_module, serve
+from tests.fake_k8s import FakeKube, FakeServer, k8s_only
 from tests.services import LOOPBACK, wait_until
 from trainguard.lab.payloads import alert, notification
 
-require_module("kubernetes", "'trainguard[k8s]' (the kubernetes client)")
-
-pytestmark = pytest.mark.k8s
+pytestmark = k8s_only()
 
 
 @pytest.fixture
 def kube() -> FakeKube:
-    kube = FakeKube()
-    for name in ("gpu-1", "gpu-2", "gpu-3", "gpu-4"):
-        kube.add_node(name)
+    kube = FakeKube.four_nodes()
     kube.add_jobset("ml", "llama", nodes=["gpu-1", "gpu-2"])
     return kube
-
-
-@pytest.fixture
-def server(kube: FakeKube) -> Iterator[FakeServer]:
-    yield from serve(kube)
 
 
 def test_an_xid_alert_ends_in_a_verified_restart_away_from_the_node(

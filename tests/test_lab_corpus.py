@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from trainguard.lab.faults import CorpusCase, corpus_fault, fault_named, is_kernel_log, load_corpus_case
+from trainguard.lab.faults import (
+    CORPUS_EXPECTED,
+    CorpusCase,
+    corpus_fault,
+    fault_named,
+    is_kernel_log,
+    load_corpus_case,
+)
 from trainguard.lab.slurm import LabError
 
 NCCL_IB = (
@@ -74,14 +81,14 @@ def test_expected_decision_follows_the_class(tmp_path: Path) -> None:
     ]
     directory = write_corpus(tmp_path, *rows)
     got = {r["class"]: corpus_fault(str(r["id"]), directory) for r in rows[:-1]}
-    assert {k: (f.action, f.implicates_target) for k, f in got.items()} == {
-        "infra_gpu": ("requeue_excluding", True),
-        "infra_network": ("requeue_excluding", True),
-        "infra_node": ("requeue_excluding", True),
-        "app_error": ("stop", False),
-        "collective_timeout": ("requeue", False),
-        "benign": (None, False),
-    }
+    assert {k: (f.action, f.implicates_target) for k, f in got.items()} == CORPUS_EXPECTED
+    # the table itself, in brief: infra evidence on a node excludes it, an app error stops, a benign excerpt is no fault
+    assert [got[c].action for c in ("infra_gpu", "infra_network", "infra_node")] == ["requeue_excluding"] * 3
+    assert (got["app_error"].action, got["collective_timeout"].action, got["benign"].action) == (
+        "stop",
+        "requeue",
+        None,
+    )
     assert got["infra_gpu"].name == "corpus:x-000"
     with pytest.raises(LabError, match="labelled 'unknown'"):
         corpus_fault("x-006", directory)

@@ -46,6 +46,11 @@ def _wait(stack: Stack, timeout: float, **labels: str) -> Received:
     return found
 
 
+def _rank_alert(alertname: str, rank: str, host: str, category: str) -> dict[str, str]:
+    """The labels of a critical per-rank alert on the lab's workload."""
+    return {"alertname": alertname, **IDENT, "rank": rank, "host": host, "category": category, "severity": "critical"}
+
+
 def test_faults_arrive_as_alerts_with_contract_labels(stack: Stack) -> None:
     ex = stack.exporter
     t_log = ex.match_pattern((WORKLOAD, "0", "1"), "nccl_watchdog_timeout", "collective_timeout")
@@ -72,25 +77,11 @@ def test_faults_arrive_as_alerts_with_contract_labels(stack: Stack) -> None:
     assert xid.t_recv - t_xid < SLACK_S
 
     crash = _wait(stack, HEARTBEAT_TIMEOUT_S + SLACK_S, alertname="TrainguardRankCrashed")
-    assert crash.labels == {
-        "alertname": "TrainguardRankCrashed",
-        **IDENT,
-        "rank": "3",
-        "host": "gpu-002",
-        "category": "crash",
-        "severity": "critical",
-    }
+    assert crash.labels == _rank_alert("TrainguardRankCrashed", "3", "gpu-002", "crash")
     assert HEARTBEAT_TIMEOUT_S <= crash.t_recv - t_crash < HEARTBEAT_TIMEOUT_S + SLACK_S
 
     hang = _wait(stack, HANG_FLOOR_S + SLACK_S, alertname="TrainguardRankHang")
-    assert hang.labels == {
-        "alertname": "TrainguardRankHang",
-        **IDENT,
-        "rank": "2",
-        "host": "gpu-002",
-        "category": "hang",
-        "severity": "critical",
-    }
+    assert hang.labels == _rank_alert("TrainguardRankHang", "2", "gpu-002", "hang")
     assert HANG_FLOOR_S <= hang.t_recv - t_hang < HANG_FLOOR_S + SLACK_S
 
     # nothing about the healthy rank 0, no hang for the crashed rank 3, every post authorised

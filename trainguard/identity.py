@@ -44,6 +44,11 @@ def validate_cluster(value: str) -> str:
     return value
 
 
+def validate_optional_cluster(value: str | None) -> str | None:
+    """``validate_cluster`` for a setting that may be unset (None)."""
+    return None if value is None else validate_cluster(value)
+
+
 def validate_scheduler(value: str) -> str:
     if value not in SCHEDULERS:
         raise IdentityError("scheduler", value, f"one of {sorted(SCHEDULERS)}")

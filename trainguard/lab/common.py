@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -100,3 +102,14 @@ def find_binary(name: str) -> str | None:
 def missing_message(name: str) -> str:
     """What to say when ``name`` is not installed: which package brings it."""
     return f"{name} not found: apt-get install {PACKAGES.get(name, name)}"
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout: float = 15.0, kill_timeout: float = 5.0) -> None:
+    """SIGTERM ``proc`` if it still runs and wait ``timeout`` seconds; past that, SIGKILL and wait again."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=kill_timeout)

@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from typing import Any
 import httpx
 import yaml
 
+from trainguard.lab.common import terminate
 from trainguard.lab.stack import (
     RESEND_DELAY,
     Service,
@@ -84,13 +84,7 @@ class Proc:
     log: Path
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate(self.proc, 10, 10)
 
 
 @dataclass

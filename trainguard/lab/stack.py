@@ -24,7 +24,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -48,8 +47,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from exporters.state import Identity
 from trainguard.lab import common
-from trainguard.lab.common import free_port, missing_message
+from trainguard.lab.common import free_port, missing_message, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "alert_rules"
@@ -126,13 +126,7 @@ class Service:
             raise StackError(f"{exc}\n{self.log_tail()}") from None
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
+        terminate(self.proc, timeout, timeout)
 
 
 def _spawn(
@@ -188,40 +182,36 @@ def decisions(responder: Service, **params: str) -> list[dict[str, Any]]:
     return found
 
 
+def _spawn_configured(
+    name: str, binary: str, config: dict[str, Any], workdir: Path, port: int | None, flags: list[str]
+) -> Service:
+    """Write ``config`` as ``<name>.yml`` in ``workdir`` and start ``binary`` on it with ``flags``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    config_path = workdir / f"{name}.yml"
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    argv = [
+        find_binary(binary),
+        f"--config.file={config_path}",
+        f"--web.listen-address={LOOPBACK}:{port}",
+        f"--web.external-url=http://{LOOPBACK}:{port}/",
+        *flags,
+    ]
+    return _spawn(name, argv, workdir, port)
+
+
 def start_prometheus(
     config: dict[str, Any], workdir: Path, resend_delay: str = "2s", port: int | None = None
 ) -> Service:
     """Start Prometheus with ``config`` (a parsed prometheus.yml) in ``workdir``; not yet waited for."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
-    config_path = workdir / "prometheus.yml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    argv = [
-        find_binary("prometheus"),
-        f"--config.file={config_path}",
-        f"--storage.tsdb.path={workdir / 'data'}",
-        f"--web.listen-address={LOOPBACK}:{port}",
-        f"--web.external-url=http://{LOOPBACK}:{port}/",
-        f"--rules.alert.resend-delay={resend_delay}",
-    ]
-    return _spawn("prometheus", argv, workdir, port)
+    flags = [f"--storage.tsdb.path={workdir / 'data'}", f"--rules.alert.resend-delay={resend_delay}"]
+    return _spawn_configured("prometheus", "prometheus", config, workdir, port, flags)
 
 
 def start_alertmanager(config: dict[str, Any], workdir: Path, port: int | None = None) -> Service:
     """Start Alertmanager (no gossip) with ``config`` (a parsed alertmanager.yml); not yet waited for."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = port or free_port()
-    config_path = workdir / "alertmanager.yml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    argv = [
-        find_binary("prometheus-alertmanager"),
-        f"--config.file={config_path}",
-        f"--storage.path={workdir / 'amdata'}",
-        f"--web.listen-address={LOOPBACK}:{port}",
-        f"--web.external-url=http://{LOOPBACK}:{port}/",
-        "--cluster.listen-address=",
-    ]
-    return _spawn("alertmanager", argv, workdir, port)
+    flags = [f"--storage.path={workdir / 'amdata'}", "--cluster.listen-address="]
+    return _spawn_configured("alertmanager", "prometheus-alertmanager", config, workdir, port, flags)
 
 
 def query(prometheus: Service, promql: str) -> list[dict[str, Any]]:
@@ -300,12 +290,7 @@ def alertmanager_config(profile: str, webhook_url: str, token_file: Path) -> dic
 
 @dataclass
 class LabRank:
-    cluster: str
-    workload: str
-    scheduler: str
-    attempt: str
-    rank: str
-    host: str
+    identity: Identity
     step_duration: float = 0.5
     liveness: bool = False  # also export trainguard_rank_process_alive
     hung_at: float | None = None
@@ -314,7 +299,7 @@ class LabRank:
     pattern_counts: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def labels(self) -> list[str]:
-        return [self.cluster, self.workload, self.scheduler, self.attempt, self.rank, self.host]
+        return list(self.identity)
 
 
 def xid_alert_labels(ident: dict[str, str], host: str) -> dict[str, str]:
@@ -364,7 +349,9 @@ class LabExporter(Collector):
     ) -> tuple[str, str, str]:
         key = (workload, attempt, str(rank))
         with self._lock:
-            self._ranks[key] = LabRank(cluster, workload, scheduler, attempt, str(rank), host, step_duration, liveness)
+            self._ranks[key] = LabRank(
+                Identity(cluster, workload, scheduler, attempt, str(rank), host), step_duration, liveness
+            )
             self._ranks[key].pattern_counts = dict.fromkeys(patterns, 0)
         return key
 

@@ -20,12 +20,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from responder.clock import format_rfc3339
 from responder.schedulers.base import ActionRequest, SchedulerError, identity_refusal
-from trainguard.identity import validate_cluster
+from responder.schedulers.seam import SeamMetrics
+from trainguard.identity import validate_optional_cluster
 
 PREFIX: Final = "trainguard.io/"
 TAINT_KEY: Final = "trainguard.io/implicated"
@@ -115,10 +116,7 @@ class KubeSettings(BaseModel):
         "at once; further isolations are skipped.",
     )
 
-    @field_validator("cluster")
-    @classmethod
-    def _cluster(cls, v: str | None) -> str | None:
-        return None if v is None else validate_cluster(v)
+    _cluster = field_validator("cluster")(validate_optional_cluster)
 
     @field_validator("actor")
     @classmethod
@@ -144,31 +142,18 @@ def make_api_client(settings: KubeSettings) -> Any:
     return client.ApiClient(configuration)
 
 
-class KubeRequestMetrics:
+class KubeRequestMetrics(SeamMetrics):
     """The seam's metrics. One instance per registry: share it between the adapters of several
     clusters (``JobSetScheduler(..., metrics=m)``); the ``cluster`` label tells them apart."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "trainguard_kubernetes_requests",
+        helps = (
             "Kubernetes API requests made by trainguard, by call and result (ok, not_found, error).",
-            ["cluster", "call", "result"],
-            registry=self.registry,
-        )
-        self.failures = Counter(
-            "trainguard_kubernetes_request_failures",
             "Kubernetes API requests that failed, by call and reason (the HTTP status, or the error's type).",
-            ["cluster", "call", "reason"],
-            registry=self.registry,
-        )
-        self.duration = Histogram(
-            "trainguard_kubernetes_request_duration_seconds",
             "Wall time of Kubernetes API requests made by trainguard.",
-            ["cluster", "call"],
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=self.registry,
         )
+        buckets = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+        super().__init__(registry, "trainguard_kubernetes_request", "call", helps, buckets)
 
 
 class KubeAPI:
@@ -204,13 +189,13 @@ class KubeAPI:
             data = response.data
         except ApiException as exc:
             if exc.status == 404:
-                m.requests.labels(self._cluster, what, "not_found").inc()
+                m.calls.labels(self._cluster, what, "not_found").inc()
                 return None
-            m.requests.labels(self._cluster, what, "error").inc()
+            m.calls.labels(self._cluster, what, "error").inc()
             m.failures.labels(self._cluster, what, str(exc.status)).inc()
             raise SchedulerError(f"{what}: HTTP {exc.status} {exc.reason}: {_status_message(exc.body)}") from exc
         except Exception as exc:  # the client raises urllib3, socket and ssl errors unwrapped
-            m.requests.labels(self._cluster, what, "error").inc()
+            m.calls.labels(self._cluster, what, "error").inc()
             m.failures.labels(self._cluster, what, type(exc).__name__).inc()
             raise SchedulerError(f"{what}: {type(exc).__name__}: {exc}") from exc
         finally:
@@ -218,10 +203,10 @@ class KubeAPI:
         try:
             body: dict[str, Any] = json.loads(data) if data else {}
         except ValueError as exc:
-            m.requests.labels(self._cluster, what, "error").inc()
+            m.calls.labels(self._cluster, what, "error").inc()
             m.failures.labels(self._cluster, what, "not_json").inc()
             raise SchedulerError(f"{what}: the API server answered something that is not JSON") from exc
-        m.requests.labels(self._cluster, what, "ok").inc()
+        m.calls.labels(self._cluster, what, "ok").inc()
         return body
 
     def _need(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -267,24 +252,16 @@ class KubeAPI:
     # -- custom resources
 
     def get_object(self, ref: ObjectRef) -> dict[str, Any] | None:
-        return self._call(
-            f"get {ref.plural}",
-            self._custom.get_namespaced_custom_object,
-            ref.group, ref.version, ref.namespace, ref.plural, ref.name,
-        )  # fmt: skip
+        return self._call(f"get {ref.plural}", self._custom.get_namespaced_custom_object, *ref.path)
 
     def get_object_status(self, ref: ObjectRef) -> dict[str, Any] | None:
-        return self._call(
-            f"get {ref.plural}/status",
-            self._custom.get_namespaced_custom_object_status,
-            ref.group, ref.version, ref.namespace, ref.plural, ref.name,
-        )  # fmt: skip
+        return self._call(f"get {ref.plural}/status", self._custom.get_namespaced_custom_object_status, *ref.path)
 
     def patch_object(self, ref: ObjectRef, patch: dict[str, Any]) -> dict[str, Any]:
         return self._need(
             f"patch {ref.plural}",
             self._custom.patch_namespaced_custom_object,
-            ref.group, ref.version, ref.namespace, ref.plural, ref.name, patch,
+            *ref.path, patch,
             _content_type=MERGE_PATCH,
         )  # fmt: skip
 
@@ -293,7 +270,7 @@ class KubeAPI:
         answer = self._call(
             f"delete {ref.plural}",
             self._custom.delete_namespaced_custom_object,
-            ref.group, ref.version, ref.namespace, ref.plural, ref.name,
+            *ref.path,
             propagation_policy="Foreground",
         )  # fmt: skip
         return answer is not None
@@ -323,6 +300,11 @@ class ObjectRef:
 
     def __str__(self) -> str:
         return f"{self.plural}.{self.group} {self.namespace}/{self.name}"
+
+    @property
+    def path(self) -> tuple[str, str, str, str, str]:
+        """The leading arguments of every ``CustomObjectsApi`` call on a namespaced object."""
+        return self.group, self.version, self.namespace, self.plural, self.name
 
 
 def split_workload(workload: str) -> tuple[str, str]:

@@ -225,21 +225,19 @@ class KubeWorkloadScheduler:
                 lambda o: o is None or bool(metadata(o).get("deletionTimestamp")),
                 self.settings.verify_timeout_s, self.settings.poll_interval_s, self._sleep,
             )  # fmt: skip
-            return ActionResult(
-                "done",
+            return _done(
                 f"deleted {self.KIND} {ref.namespace}/{ref.name} (propagationPolicy=Foreground; incident "
-                f"{request.incident_id})" + ("" if ok else "; not confirmed by a fresh read"),
-                verified=ok,
-                acted_at=acted_at,
+                f"{request.incident_id})",
+                ok,
+                acted_at,
             )
         ok = self._suspend(ref, True, {ANNOTATION_STOPPED_AT: rfc3339(acted_at),
                                        ANNOTATION_LAST_INCIDENT: request.incident_id})  # fmt: skip
-        return ActionResult(
-            "done",
+        return _done(
             f"suspended {self.KIND} {ref.namespace}/{ref.name} (incident {request.incident_id}: "
-            f"{request.reason[:200]})" + ("" if ok else "; not confirmed by a fresh read"),
-            verified=ok,
-            acted_at=acted_at,
+            f"{request.reason[:200]})",
+            ok,
+            acted_at,
         )
 
     def _suspend(self, ref: ObjectRef, suspend: bool, annotations: dict[str, str | None]) -> bool:
@@ -278,3 +276,10 @@ class KubeWorkloadScheduler:
         acted_at = self._now()
         ok = self._suspend(ref, False, {ANNOTATION_HELD_AT: None})
         return ActionResult("done", f"resumed {self.KIND} {ref.namespace}/{ref.name}", ok, acted_at)
+
+
+def _done(detail: str, ok: bool, acted_at: datetime) -> ActionResult:
+    """A done result, verified when a fresh read confirmed it; ``detail`` says when none did."""
+    return ActionResult(
+        "done", detail + ("" if ok else "; not confirmed by a fresh read"), verified=ok, acted_at=acted_at
+    )

@@ -301,12 +301,11 @@ class SlurmScheduler:
             job.job_id, lambda j: j.state in (WorkloadState.CANCELLED, WorkloadState.COMPLETING)
             or j.state.is_terminal()
         )  # fmt: skip
-        return ActionResult(
-            "done",
+        return _done(
             f"scancel {job.job_id} (incident {request.incident_id}: {request.reason[:200]})"
             + (f"; now {after.slurm_state}" if after else "; not confirmed by a fresh squeue"),
-            verified=after is not None,
-            acted_at=acted_at,
+            after,
+            acted_at,
         )
 
     def _hold(self, request: ActionRequest, job: SlurmJob) -> ActionResult:
@@ -332,11 +331,10 @@ class SlurmScheduler:
             self._set_marker(job.job_id, job.marker)
             raise
         after = self._verify_job(job.job_id, lambda j: j.held)
-        return ActionResult(
-            "done",
+        return _done(
             f"scontrol {verb} {job.job_id}; trainguard's hold (the watchdog releases it after its lease)",
-            verified=after is not None,
-            acted_at=acted_at,
+            after,
+            acted_at,
         )
 
     def _release(self, request: ActionRequest, job: SlurmJob) -> ActionResult:
@@ -360,11 +358,10 @@ class SlurmScheduler:
                 Marker(None, job.marker.excluded, job.marker.incident, job.marker.stopped_at, job.marker.other),
             )
         after = self._verify_job(job.job_id, lambda j: not j.held)
-        return ActionResult(
-            "done",
+        return _done(
             f"scontrol release {job.job_id}" + (f"; now {after.slurm_state}" if after else "; not confirmed"),
-            verified=after is not None,
-            acted_at=acted_at,
+            after,
+            acted_at,
         )
 
     def _verify_job(self, job_id: str, ok: Callable[[SlurmJob], bool]) -> SlurmJob | None:
@@ -400,11 +397,10 @@ class SlurmScheduler:
         acted_at = self._now()
         self.commands.run(["scontrol", "update", f"NodeName={node.name}", "State=DRAIN", f"Reason={reason}"])
         after = self._verify_node(node.name, lambda n: n.drain)
-        return ActionResult(
-            "done",
+        return _done(
             f"drained {node.name} (Reason={reason!r})" + (f"; now {after.state}+DRAIN" if after else ""),
-            verified=after is not None,
-            acted_at=acted_at,
+            after,
+            acted_at,
         )
 
     def _resume(self, node: SlurmNode) -> ActionResult:
@@ -417,13 +413,13 @@ class SlurmScheduler:
         acted_at = self._now()
         self.commands.run(["scontrol", "update", f"NodeName={node.name}", "State=RESUME"])
         after = self._verify_node(node.name, lambda n: not n.drain and not n.down)
-        return ActionResult(
-            "done",
-            f"resumed {node.name}" + (f"; now {after.state}" if after else ""),
-            verified=after is not None,
-            acted_at=acted_at,
-        )
+        return _done(f"resumed {node.name}" + (f"; now {after.state}" if after else ""), after, acted_at)
 
     def _verify_node(self, name: str, ok: Callable[[SlurmNode], bool]) -> SlurmNode | None:
         read = lambda: self.list_nodes().get(name)  # noqa: E731 - one fresh sinfo per look
         return first_fresh(read, ok, self.settings.verify_timeout_s, 0.05, self._sleep)
+
+
+def _done(detail: str, after: object | None, acted_at: datetime) -> ActionResult:
+    """A done result, verified when a fresh read (``after``, the job or node) showed the effect."""
+    return ActionResult("done", detail, verified=after is not None, acted_at=acted_at)

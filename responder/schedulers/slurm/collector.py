@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Final
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -28,6 +29,23 @@ JOB_STATES = (
     "SPECIAL_EXIT", "CONFIGURING", "RESIZING", "STOPPED", "SIGNALING", "STAGE_OUT", "REVOKED",
 )  # fmt: skip
 _MAX_REASON = 64
+
+
+# The watched jobs' families, in the order they are collected: trainguard_slurm_job_<key> -> (help, labels
+# after the job's cluster, workload and scheduler).
+_JOB_LABELS: Final = ("cluster", "workload", "scheduler")
+_JOB_FAMILIES: Final[dict[str, tuple[str, tuple[str, ...]]]] = {
+    "state": ("1 for the Slurm base state the watched job is in (squeue job_state).", ("state",)),
+    "reason": ("1 for Slurm's current reason for the job's state (squeue state_reason; None when none).", ("reason",)),
+    "restart_count": ("Times Slurm requeued the job (restart_cnt, the trainguard attempt).", ()),
+    "held": ("1 when the job is held; trainguard=1 when the hold carries trainguard's mark.", ("trainguard",)),
+    "trainguard_held_timestamp_seconds": (
+        "Unix time trainguard held the job (present only while its hold mark is set).",
+        (),
+    ),
+    "node": ("1 for each node allocated to the job (join with trainguard_slurm_node_* on host).", ("attempt", "host")),
+    "excluded_nodes": ("Number of nodes in the job's ExcNodeList.", ()),
+}
 
 
 class SlurmCollector(Collector):
@@ -78,62 +96,31 @@ class SlurmCollector(Collector):
 
     def _job_metrics(self, c: str, jobs: dict[str, SlurmJob]) -> tuple[list[Metric], set[str]]:
         """The watched jobs' families, and the nodes they run on or exclude."""
-        state = GaugeMetricFamily(
-            "trainguard_slurm_job_state",
-            "1 for the Slurm base state the watched job is in (squeue job_state).",
-            labels=["cluster", "workload", "scheduler", "state"],
-        )
-        reason = GaugeMetricFamily(
-            "trainguard_slurm_job_reason",
-            "1 for Slurm's current reason for the job's state (squeue state_reason; None when none).",
-            labels=["cluster", "workload", "scheduler", "reason"],
-        )
-        restarts = GaugeMetricFamily(
-            "trainguard_slurm_job_restart_count",
-            "Times Slurm requeued the job (restart_cnt, the trainguard attempt).",
-            labels=["cluster", "workload", "scheduler"],
-        )
-        held = GaugeMetricFamily(
-            "trainguard_slurm_job_held",
-            "1 when the job is held; trainguard=1 when the hold carries trainguard's mark.",
-            labels=["cluster", "workload", "scheduler", "trainguard"],
-        )
-        held_since = GaugeMetricFamily(
-            "trainguard_slurm_job_trainguard_held_timestamp_seconds",
-            "Unix time trainguard held the job (present only while its hold mark is set).",
-            labels=["cluster", "workload", "scheduler"],
-        )
-        job_node = GaugeMetricFamily(
-            "trainguard_slurm_job_node",
-            "1 for each node allocated to the job (join with trainguard_slurm_node_* on host).",
-            labels=["cluster", "workload", "scheduler", "attempt", "host"],
-        )
-        excluded = GaugeMetricFamily(
-            "trainguard_slurm_job_excluded_nodes",
-            "Number of nodes in the job's ExcNodeList.",
-            labels=["cluster", "workload", "scheduler"],
-        )
+        g = {
+            key: GaugeMetricFamily(f"trainguard_slurm_job_{key}", doc, labels=[*_JOB_LABELS, *extra])
+            for key, (doc, extra) in _JOB_FAMILIES.items()
+        }
         relevant: set[str] = set()
         for j in self._watched(jobs):
             base = j.slurm_state if j.slurm_state in JOB_STATES else "OTHER"
             ids = [c, j.job_id, "slurm"]
-            state.add_metric([*ids, base], 1)
+            g["state"].add_metric([*ids, base], 1)
             why = j.reason if j.reason and len(j.reason) <= _MAX_REASON and j.reason.isidentifier() else "Other"
-            reason.add_metric([*ids, why], 1)
-            restarts.add_metric(ids, j.restart_cnt)
+            g["reason"].add_metric([*ids, why], 1)
+            g["restart_count"].add_metric(ids, j.restart_cnt)
             if j.held:
-                held.add_metric([*ids, "1" if j.marker.held_at is not None else "0"], 1)
+                g["held"].add_metric([*ids, "1" if j.marker.held_at is not None else "0"], 1)
             if j.marker.held_at is not None:
-                held_since.add_metric(ids, j.marker.held_at)
+                g["trainguard_held_timestamp_seconds"].add_metric(ids, j.marker.held_at)
             # Only a running job's allocation is its current attempt's: a COMPLETING or requeued job still
             # lists the nodes of the attempt that ended, under the new restart count.
             if j.state is WorkloadState.RUNNING:
                 for n in j.nodes:
-                    job_node.add_metric([*ids, str(j.restart_cnt), n], 1)
-            excluded.add_metric(ids, len(j.excluded_nodes))
+                    g["node"].add_metric([*ids, str(j.restart_cnt), n], 1)
+            g["excluded_nodes"].add_metric(ids, len(j.excluded_nodes))
             relevant.update(j.nodes)
             relevant.update(j.excluded_nodes)
-        return [state, reason, restarts, held, held_since, job_node, excluded], relevant
+        return list(g.values()), relevant
 
     @staticmethod
     def _node_metrics(c: str, nodes: dict[str, SlurmNode], relevant: set[str]) -> Iterator[Metric]:

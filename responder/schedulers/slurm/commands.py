@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 
 from responder.schedulers.base import SchedulerError
+from responder.schedulers.seam import SeamMetrics
 
 log = logging.getLogger(__name__)
 
@@ -100,31 +101,18 @@ class Transport:
         return [*cmd, "--", self.ssh_host, shlex.join(argv)]
 
 
-class SlurmCommandMetrics:
+class SlurmCommandMetrics(SeamMetrics):
     """The seam's metrics. One instance per registry: share it between the adapters of several
     clusters (``SlurmScheduler(..., metrics=m)``); the ``cluster`` label tells them apart."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
-        self.calls = Counter(
-            "trainguard_slurm_commands",
+        helps = (
             "Slurm commands run by trainguard, by command and result (ok, exit, timeout, spawn).",
-            ["cluster", "command", "result"],
-            registry=self.registry,
-        )
-        self.failures = Counter(
-            "trainguard_slurm_command_failures",
             "Slurm commands that failed (non-zero exit, timeout, could not start).",
-            ["cluster", "command", "reason"],
-            registry=self.registry,
-        )
-        self.duration = Histogram(
-            "trainguard_slurm_command_duration_seconds",
             "Wall time of Slurm commands run by trainguard.",
-            ["cluster", "command"],
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-            registry=self.registry,
         )
+        buckets = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+        super().__init__(registry, "trainguard_slurm_command", "command", helps, buckets)
 
 
 class SlurmCommands:

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from responder.schedulers.slurm.commands import Transport
-from trainguard.identity import validate_cluster, validate_host
+from trainguard.identity import validate_host, validate_optional_cluster
 
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 
@@ -67,10 +67,7 @@ class SlurmSettings(BaseModel):
         5.0, ge=0, le=120, description="How long to poll squeue/sinfo for an action's effect to show."
     )
 
-    @field_validator("cluster")
-    @classmethod
-    def _cluster(cls, v: str | None) -> str | None:
-        return None if v is None else validate_cluster(v)
+    _cluster = field_validator("cluster")(validate_optional_cluster)
 
     @field_validator("ssh_host")
     @classmethod
