@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from responder import approval_cli
 from responder.errors import ConfigError
 from responder.model import Mode
 from responder.schedulers.slurm import watchdog
@@ -80,6 +81,7 @@ def register(sub: Any) -> None:
     mode.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
     mode.set_defaults(handler=_mode)
 
+    approval_cli.add_parsers(sub, _call, _operator_headers, DEFAULT_URL)
     watchdog.add_parser(sub)
 
 

@@ -46,3 +46,8 @@ class StoreUnavailable(ResponderError):
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the key and the value."""
+
+
+class Conflict(ResponderError):
+    status_code = 409
+    error = "conflict"

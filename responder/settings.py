@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+from responder.approval import ApprovalSettings
 from responder.breaker import BreakerSettings
 from responder.errors import ConfigError
 from responder.isolation import LedgerSettings
@@ -32,6 +33,7 @@ class ClusterSettings(BaseModel):
     mode: Mode = Field(Mode.MONITOR, description="initial mode; a mode set through the API is persisted")
     nodes: int | None = Field(None, ge=1, description="cluster size, for the breaker's node share")
     policy: PolicySettings = Field(default_factory=PolicySettings)
+    approval: ApprovalSettings = Field(default_factory=ApprovalSettings, description="approve mode's waits")
     scheduler: SchedulerSettings | None = Field(
         None, description="scheduler adapter settings, e.g. {kind: slurm, ...}; none: act mode fails safe"
     )

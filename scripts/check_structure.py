@@ -37,6 +37,7 @@ LAYERS: dict[str, str] = {
     "responder.policy": "domain",
     "responder.isolation": "domain",
     "responder.breaker": "domain",
+    "responder.approval": "domain",
     "responder.store": "domain",
     "responder.schedulers.base": "domain",
     "responder.store.sqlite": "adapter",
