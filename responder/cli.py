@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from responder import approval_cli
+from responder import approval_cli, replay_cli
 from responder.errors import ConfigError
 from responder.model import Mode
 from responder.schedulers.slurm import watchdog
@@ -82,6 +82,7 @@ def register(sub: Any) -> None:
     mode.set_defaults(handler=_mode)
 
     approval_cli.add_parsers(sub, _call, _operator_headers, DEFAULT_URL)
+    replay_cli.add_parser(sub)
     watchdog.add_parser(sub)
 
 

@@ -22,6 +22,7 @@ trainguard watches distributed training jobs and recovers them when a node fails
   operators:         trainguard decisions       read the audit trail
                      trainguard mode CLUSTER    show or switch monitor/approve/act for a cluster
                      trainguard approve|reject ID  answer a decision waiting in approve mode
+                     trainguard replay --config NEW.yaml  what a config change would have decided
                      trainguard watchdog        release jobs a stalled responder left held
   debugging:         trainguard patterns scan   run the log-pattern catalog over a log
 
