@@ -134,14 +134,16 @@ def test_since_spans_and_bad_input() -> None:
 def test_the_command_prints_the_changes_and_writes_nothing(
     history: tuple[SqliteStore, dict[str, AuditRecord], Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    store, records, _ = history
+    _, records, _ = history
     config = tmp_path / "new.yaml"
     config.write_text(f"db_path: {tmp_path / 'tg.db'}\nclusters:\n  lab:\n    policy:\n      max_attempts: 3\n")
     since = rfc3339(records["100#0"].time)
     assert cli.main(["replay", "--config", str(config), "--since", since]) == 0
     out = capsys.readouterr().out
     assert "6 decisions replayed, 2 would change" in out
-    assert records["102#2"].id in out and records["103#3"].id in out and records["100#0"].id not in out
+    assert records["102#2"].id in out
+    assert records["103#3"].id in out
+    assert records["100#0"].id not in out
     assert "recorded: 0.60 (3 correct) of 5 reviewed" in out
     assert "new:      0.67 (2 correct) of 3 judged; 2 would act differently" in out
     assert cli.main(["replay", "--config", str(config), "--json"]) == 0
