@@ -137,7 +137,7 @@ def test_the_command_prints_the_changes_and_writes_nothing(
     _, records, _ = history
     config = tmp_path / "new.yaml"
     config.write_text(f"db_path: {tmp_path / 'tg.db'}\nclusters:\n  lab:\n    policy:\n      max_attempts: 3\n")
-    since = rfc3339(records["100#0"].time)
+    since = str(rfc3339(records["100#0"].time))
     assert cli.main(["replay", "--config", str(config), "--since", since]) == 0
     out = capsys.readouterr().out
     assert "6 decisions replayed, 2 would change" in out
