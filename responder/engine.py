@@ -395,7 +395,7 @@ class _Base:
                 "explanation": list(verdict.explanation),
                 "alerts": len(self.alerts),
             },
-            safety={"breaker": safety.reason or "ok", "allowed": safety.allowed},
+            safety={"breaker": safety.reason or "ok", "allowed": safety.allowed, "tripped": safety.tripped},
         )
 
 

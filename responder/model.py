@@ -141,6 +141,7 @@ class AuditRecord:
     verified: bool = False
     actor: str = "responder"  # who wrote the record: the responder, or the Slurm watchdog
     approval: dict[str, Any] = field(default_factory=dict)  # approve mode: rule, deadline, who decided, when
+    silence: dict[str, Any] = field(default_factory=dict)  # the Alertmanager silence made while acting, if any
 
     def to_json(self) -> dict[str, Any]:
         """The API's and Loki's form: docs/interfaces.md §5 fields with RFC 3339 timestamps."""

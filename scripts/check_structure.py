@@ -43,6 +43,7 @@ LAYERS: dict[str, str] = {
     "responder.store.sqlite": "adapter",
     "responder.schedulers": "adapter",
     "responder.loki": "adapter",
+    "responder.alertmanager": "adapter",
     "responder.enrichment": "adapter",
     "responder.settings": "config",
     "responder.engine": "engine",
