@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from responder.approval import ApprovalConflict
+from responder.approval import ApprovalConflict, record_fields
 from responder.auth import operator_identity, read_capped
 from responder.errors import BadRequest, Conflict, NotFound
 from responder.model import AuditRecord, Outcome
@@ -33,7 +33,7 @@ def answer_decision(svc: Services, record_id: str, verdict: str, by: str, identi
     except ApprovalConflict as exc:
         raise Conflict(str(exc)) from exc
     if record.outcome == Outcome.PENDING:
-        svc.engine.submit(record)
+        svc.engine.submit(AuditRecord.from_row(record_fields(record)))  # its own copy: the answer stays as given
     return record
 
 
