@@ -179,7 +179,7 @@ def test_silence_covers_only_that_attempt_and_lifts_when_the_next_attempt_is_pro
         stack.push(cluster="lab", workload="4242", attempt="1", host="gpu-003")  # the next attempt
 
         def states() -> dict[tuple[str, str, str], list[str]]:
-            alerts = [a for a in stack.amtool("alert", "query", "--silenced")
+            alerts = [a for a in stack.amtool("alert", "query", "--active", "--silenced")
                       if a["labels"]["alertname"] in {"TeamAlert", "NodeDown"}]  # fmt: skip
             return {(a["labels"].get("workload", ""), a["labels"].get("attempt", ""), a["labels"]["alertname"]):
                     a["status"]["silencedBy"] for a in alerts}  # fmt: skip
