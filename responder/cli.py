@@ -69,10 +69,11 @@ def register(sub: Any) -> None:
 
     mode = sub.add_parser(
         "mode",
-        help="show or switch a cluster between monitor and act",
+        help="show or switch a cluster between monitor, approve and act",
         description=(
             "Show a cluster's mode, or switch it. In monitor mode (the default) decisions are only recorded; in "
-            "act mode they are carried out through the scheduler. Needs the operator token "
+            "approve mode they wait for `trainguard approve ID`; in act mode they are carried out through the "
+            "scheduler. Needs the operator token "
             "(TRAINGUARD_OPERATOR_TOKEN) unless the responder has none configured and you call it from loopback."
         ),
     )
