@@ -147,3 +147,14 @@ def test_monitor_mode_decisions_cannot_be_approved(make_responder: Callable[...,
     assert decision["outcome"] == "planned"
     assert r.client.post(f"/v1/decisions/{decision['id']}/approve").status_code == 409
     assert r.scheduler.requests == []
+
+
+def test_lab_report_shows_the_approval_wait_apart_from_time_to_productive() -> None:
+    from trainguard.lab.faults import TrialResult  # noqa: PLC0415 - the lab harness, only here
+    from trainguard.lab.report import trial_markdown  # noqa: PLC0415
+
+    waited = trial_markdown(TrialResult("xid", "approve", "7", "n2", productive_s=42.0, approval_s=6.5), None, None)
+    assert "| of which the approval wait (decision → operator's approval) | 6.50 |" in waited
+    assert "| time to productive without the approval wait | 35.50 |" in waited
+    acted = trial_markdown(TrialResult("xid", "act", "7", "n2", productive_s=42.0), None, None)
+    assert "approval wait" not in acted
