@@ -84,6 +84,8 @@ def classify(alert: Alert) -> ClassifiedAlert:
     labels = alert.labels
     if "cluster" not in labels or "workload" not in labels:
         return ClassifiedAlert(alert, starts_at, "ignored", reason="no cluster/workload labels")
+    if labels.get("trainguard_source") == "responder":  # the responder's own alerts: never evidence (no loop)
+        return ClassifiedAlert(alert, starts_at, "ignored", reason="the responder's own alert")
     try:
         identity = identity_from_labels(labels)
     except IdentityError as exc:

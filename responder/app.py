@@ -16,7 +16,8 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from responder import api, console
+from responder import api, approval_api, console, console_approval
+from responder.alertmanager import AlertmanagerClient
 from responder.attribution import Enricher
 from responder.clock import Clock
 from responder.engine import Engine
@@ -25,6 +26,7 @@ from responder.errors import ResponderError
 from responder.loki import LokiMirror
 from responder.metrics import ResponderMetrics
 from responder.model import Mode
+from responder.operator_signals import OperatorSignals
 from responder.schedulers.base import Scheduler
 from responder.services import Services
 from responder.settings import Settings
@@ -52,20 +54,31 @@ def create_app(
         spool = settings.db_path.with_name(settings.db_path.name + ".loki-spool")
         svc.mirror = LokiMirror(settings.loki, spool, registry)
         engine.sinks.append(svc.mirror.submit)
+    signals = None
+    if settings.alertmanager is not None:
+        signals = OperatorSignals(settings, store, clock, AlertmanagerClient(settings.alertmanager))
+        engine.sinks.append(signals.submit)
     for cluster, mode in store.modes().items():
         metrics.mode.labels(cluster).set(1 if mode == Mode.ACT else 0)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with _running(svc):
-            yield
+        if signals is not None:
+            signals.start()
+        try:
+            async with _running(svc):
+                yield
+        finally:
+            if signals is not None:
+                await run_in_threadpool(signals.stop)
 
     app = Starlette(
-        routes=[*api.ROUTES, *console.ROUTES],
+        routes=[*api.ROUTES, *approval_api.ROUTES, *console_approval.ROUTES, *console.ROUTES],
         lifespan=lifespan,
         exception_handlers={ResponderError: api.responder_error, HTTPException: api.http_error},  # type: ignore[dict-item]
     )
     app.state.services = svc
+    app.state.signals = signals
     return app
 
 

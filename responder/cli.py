@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from responder import approval_cli, replay_cli
 from responder.errors import ConfigError
 from responder.model import Mode
 from responder.schedulers.slurm import watchdog
@@ -68,10 +69,11 @@ def register(sub: Any) -> None:
 
     mode = sub.add_parser(
         "mode",
-        help="show or switch a cluster between monitor and act",
+        help="show or switch a cluster between monitor, approve and act",
         description=(
             "Show a cluster's mode, or switch it. In monitor mode (the default) decisions are only recorded; in "
-            "act mode they are carried out through the scheduler. Needs the operator token "
+            "approve mode they wait for `trainguard approve ID`; in act mode they are carried out through the "
+            "scheduler. Needs the operator token "
             "(TRAINGUARD_OPERATOR_TOKEN) unless the responder has none configured and you call it from loopback."
         ),
     )
@@ -80,6 +82,8 @@ def register(sub: Any) -> None:
     mode.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
     mode.set_defaults(handler=_mode)
 
+    approval_cli.add_parsers(sub, _call, _operator_headers, DEFAULT_URL)
+    replay_cli.add_parser(sub)
     watchdog.add_parser(sub)
 
 

@@ -25,8 +25,9 @@ from typing import Protocol
 
 from anyio import to_thread
 
-from responder import breaker, isolation
+from responder import approval, breaker, isolation
 from responder.alerts import ClassifiedAlert, Notification, classify
+from responder.approval import ApprovalSettings
 from responder.attribution import Enricher, NoEnrichment, Verdict, attribute
 from responder.breaker import BreakerCheck, BreakerSettings
 from responder.clock import Clock
@@ -35,7 +36,7 @@ from responder.metrics import ResponderMetrics
 from responder.model import Action, AuditRecord, FailureClass, Incident, Kind, Mode, Outcome, StoredAlert, new_id
 from responder.policy import PolicySettings, plan
 from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError
-from responder.store import AuditStore, IngestResult
+from responder.store import AuditStore, IngestResult, RecordQuery
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class ClusterConfig(Protocol):
     def nodes(self) -> int | None: ...
     @property
     def policy(self) -> PolicySettings: ...
+    @property
+    def approval(self) -> ApprovalSettings: ...
 
 
 class EngineConfig(Protocol):
@@ -212,6 +215,8 @@ class Engine:
                     f"({', '.join(candidate.workloads)}) within {self.settings.ledger.drain_window_s / 3600:g}h"
                 )
                 records.append(base.record(Action.DRAIN_NODE, reason, (), drain_safety, node=candidate.node))
+        if mode == Mode.APPROVE:
+            records = [approval.gate(r, cluster_settings.approval, now) for r in records]
         implicated = {h: verdict.scores[h] for h in verdict.implicated}
         if not self.store.decide(incident, records, implicated, now):
             return []
@@ -276,6 +281,46 @@ class Engine:
         log.info("action %s %s/%s: %s (%s)", record.action, record.cluster, record.workload, record.outcome,
                  record.detail)  # fmt: skip
 
+    # -- approve mode ---------------------------------------------------------------------------
+
+    def answer(self, record_id: str, verdict: str, by: str, identity: str, note: str = "") -> AuditRecord:
+        """An operator's ``approved``/``rejected``; raises ``ApprovalConflict`` unless the record waits.
+
+        An approved record is written ``pending`` before this returns (so a crash retries it like any
+        other); the caller runs ``act`` on it, or ``submit`` hands it to the loop.
+        """
+        record = self.store.record(record_id)
+        if record is None:
+            raise KeyError(record_id)
+        if approval.is_expired(record, self.clock.now()):
+            self._settle(record, "expired", "clock", "approval timeout")
+            raise approval.ApprovalConflict(f"decision {record_id} expired before it was {verdict}")
+        return self._settle(record, verdict, by, identity, note)
+
+    def expire_due(self) -> list[AuditRecord]:
+        """Expire every wait past its deadline: recorded ``expired``, nothing done."""
+        query = RecordQuery(outcome=Outcome.AWAITING, limit=1000)
+        due = [r for r in self.store.records(query) if approval.is_expired(r, self.clock.now())]
+        expired = []
+        for record in due:
+            with contextlib.suppress(approval.ApprovalConflict):
+                expired.append(self._settle(record, "expired", "clock", "approval timeout"))
+        return expired
+
+    def _settle(self, record: AuditRecord, verdict: str, by: str, identity: str, note: str = "") -> AuditRecord:
+        settled = approval.settle(record, verdict, by, identity, self.clock.now(), note)
+        if not self.store.update_outcome_if(settled, Outcome.AWAITING):
+            raise approval.ApprovalConflict(f"decision {record.id} was answered by someone else first")
+        self._publish(settled)
+        self.metrics.decisions.labels(settled.cluster, settled.action, settled.mode, settled.outcome).inc()
+        log.warning("decision %s %s by %s (%s)", settled.id, verdict, by, identity)
+        return settled
+
+    def submit(self, record: AuditRecord) -> None:
+        """Hand an approved (``pending``) record to the loop's action tasks (thread-safe)."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._spawn, record)
+
     def resume_pending(self) -> list[AuditRecord]:
         """After a restart: finish actions that were started but not recorded as finished."""
         return [self.act(record) for record in self.store.pending_records()]
@@ -293,6 +338,7 @@ class Engine:
         for record in await to_thread.run_sync(self.store.pending_records):
             self._spawn(record)
         while True:
+            await to_thread.run_sync(self.expire_due)  # approve mode's waits, checked every second at most
             deadline = await to_thread.run_sync(self.store.next_deadline)
             delay = 1.0 if deadline is None else min(1.0, deadline - self.clock.now())
             if delay > 0:
@@ -348,7 +394,7 @@ class _Base:
         elif not safety.allowed:
             outcome, reason = Outcome.SKIPPED, f"{safety.reason} (wanted: {action.value}, because {reason})"
         else:
-            outcome = Outcome.PENDING if self.mode == Mode.ACT else Outcome.PLANNED
+            outcome = Outcome.PENDING if self.mode in (Mode.ACT, Mode.APPROVE) else Outcome.PLANNED
         return AuditRecord(
             id=new_id("dec"),
             kind=Kind.DECISION,
@@ -377,7 +423,7 @@ class _Base:
                 "explanation": list(verdict.explanation),
                 "alerts": len(self.alerts),
             },
-            safety={"breaker": safety.reason or "ok", "allowed": safety.allowed},
+            safety={"breaker": safety.reason or "ok", "allowed": safety.allowed, "tripped": safety.tripped},
         )
 
 

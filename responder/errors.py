@@ -11,10 +11,12 @@ class ResponderError(Exception):
     status_code = 500
     error = "internal error"
 
-    def __init_subclass__(cls, status_code: int = 500, error: str = "internal error") -> None:
+    def __init_subclass__(cls, status_code: int | None = None, error: str | None = None) -> None:
         super().__init_subclass__()
-        cls.status_code = status_code
-        cls.error = error
+        if status_code is not None:  # a subclass may also set the attributes in its body
+            cls.status_code = status_code
+        if error is not None:
+            cls.error = error
 
     def __init__(self, detail: Any = None) -> None:
         super().__init__(detail)
@@ -43,3 +45,6 @@ class StoreUnavailable(
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the key and the value."""
+
+
+class Conflict(ResponderError, status_code=409, error="conflict"): ...

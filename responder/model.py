@@ -30,9 +30,11 @@ class Action(StrEnum):
 
 
 class Mode(StrEnum):
-    """A cluster's mode: ``monitor`` (plan and record only, the default) or ``act``."""
+    """A cluster's mode: ``monitor`` (plan and record only, the default), ``approve`` (act once an
+    operator approves, see ``responder.approval``) or ``act``."""
 
     MONITOR = "monitor"
+    APPROVE = "approve"
     ACT = "act"
 
 
@@ -44,6 +46,9 @@ class Outcome(StrEnum):
     DONE = "done"
     FAILED = "failed"
     SKIPPED = "skipped"
+    AWAITING = "awaiting_approval"  # approve mode: waits for an operator; nothing sent to a scheduler yet
+    REJECTED = "rejected"  # an operator said no; nothing was done
+    EXPIRED = "expired"  # nobody approved in time; nothing was done
 
 
 class Kind(StrEnum):
@@ -135,6 +140,8 @@ class AuditRecord:
     detail: str = ""
     verified: bool = False
     actor: str = "responder"  # who wrote the record: the responder, or the Slurm watchdog
+    approval: dict[str, Any] = field(default_factory=dict)  # approve mode: rule, deadline, who decided, when
+    silence: dict[str, Any] = field(default_factory=dict)  # the Alertmanager silence made while acting, if any
 
     def to_json(self) -> dict[str, Any]:
         """The API's and Loki's form: docs/interfaces.md §5 fields with RFC 3339 timestamps."""

@@ -16,6 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+from responder.alertmanager import AlertmanagerSettings, SilenceSettings
+from responder.approval import ApprovalSettings
 from responder.breaker import BreakerSettings
 from responder.errors import ConfigError
 from responder.isolation import LedgerSettings
@@ -32,6 +34,8 @@ class ClusterSettings(BaseModel):
     mode: Mode = Field(Mode.MONITOR, description="initial mode; a mode set through the API is persisted")
     nodes: int | None = Field(None, ge=1, description="cluster size, for the breaker's node share")
     policy: PolicySettings = Field(default_factory=PolicySettings)
+    approval: ApprovalSettings = Field(default_factory=ApprovalSettings, description="approve mode's waits")
+    silences: SilenceSettings = Field(default_factory=SilenceSettings, description="Alertmanager silences, off")
     scheduler: SchedulerSettings | None = Field(
         None, description="scheduler adapter settings, e.g. {kind: slurm, ...}; none: act mode fails safe"
     )
@@ -58,6 +62,7 @@ class Settings(BaseSettings):
     breaker: BreakerSettings = Field(default_factory=BreakerSettings)
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)
     loki: LokiSettings | None = Field(None, description="mirror the audit trail to Loki or VictoriaLogs; none: off")
+    alertmanager: AlertmanagerSettings | None = Field(None, description="post own alerts and silences; none: off")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("clusters")

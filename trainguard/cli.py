@@ -20,7 +20,9 @@ trainguard watches distributed training jobs and recovers them when a node fails
   on each node:      trainguard exporter        per-rank progress and log-pattern metrics
   beside Alertmanager: trainguard serve         decide on alerts, requeue/stop/drain (monitor mode first)
   operators:         trainguard decisions       read the audit trail
-                     trainguard mode CLUSTER    show or switch monitor/act for a cluster
+                     trainguard mode CLUSTER    show or switch monitor/approve/act for a cluster
+                     trainguard approve|reject ID  answer a decision waiting in approve mode
+                     trainguard replay --config NEW.yaml  what a config change would have decided
                      trainguard watchdog        release jobs a stalled responder left held
   debugging:         trainguard patterns scan   run the log-pattern catalog over a log
 

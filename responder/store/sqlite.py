@@ -328,6 +328,15 @@ class SqliteStore:
         with self._tx() as db:
             db.execute("UPDATE records SET outcome=?, body=? WHERE id=?", (record.outcome, _dump(record), record.id))
 
+    def update_outcome_if(self, record: AuditRecord, expected: str) -> bool:
+        """Write ``record`` only if its stored outcome is still ``expected``: one approval wins, once."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE records SET outcome=?, body=? WHERE id=? AND outcome=?",
+                (record.outcome, _dump(record), record.id, expected),
+            )
+            return cur.rowcount == 1
+
     def pending_records(self) -> list[AuditRecord]:
         rows = self._query("SELECT body FROM records WHERE outcome='pending' ORDER BY time")
         return [_load(r["body"]) for r in rows]

@@ -290,6 +290,7 @@ class TrialResult:
     decision_s: float | None = None
     action_s: float | None = None
     productive_s: float | None = None
+    approval_s: float | None = None  # approve mode: decision recorded -> operator's approval (part of productive_s)
     resumed_from_step: int | None = None
     checkpoint_step: int | None = None
     decisions: int = 0
@@ -390,6 +391,8 @@ def _observe(lab: Lab, fault: Fault, result: TrialResult, t0: float, say: Callab
         event(result.note)
         return result
     result.decisions = len(lab.decisions(job))
+    if decision["outcome"] == "awaiting_approval":
+        decision, result.approval_s = _approve(lab, job, decision, event)
     decision = _settled(lab, job, decision)
     result.action, result.outcome = decision["action"], decision["outcome"]
     result.implicated, result.excluded = decision["implicated_nodes"], decision["excluded_nodes"]
@@ -404,7 +407,11 @@ def _observe(lab: Lab, fault: Fault, result: TrialResult, t0: float, say: Callab
         result.action_s = acted - decided
         event(f"action {decision['outcome']}: {decision.get('detail', '')}", acted)
     result.ok = result.action == fault.action and sorted(result.implicated) == sorted(result.expected_nodes)
-    if lab.mode == "act" and result.action in ("requeue", "requeue_excluding") and decision["outcome"] == "done":
+    if (
+        lab.mode in ("act", "approve")
+        and result.action in ("requeue", "requeue_excluding")
+        and decision["outcome"] == "done"
+    ):
         try:
             first_step = lab.wait_productive(job, 1, len(lab.steps(job, 0)), 0, timeout=90)
         except LabError as exc:
@@ -428,6 +435,23 @@ def _observe(lab: Lab, fault: Fault, result: TrialResult, t0: float, say: Callab
         with contextlib.suppress(OSError, LabError):
             os.kill(_pid(lab, job, target), signal.SIGCONT)
     return result
+
+
+def _approve(
+    lab: Lab, job: str, decision: dict[str, Any], event: Callable[[str, float | None], None], after_s: float = 5.0
+) -> tuple[dict[str, Any], float]:
+    """Approve mode: an operator answers after ``after_s`` with the real ``trainguard approve``; the wait."""
+    from trainguard import cli  # noqa: PLC0415 - the command line only for approve mode
+
+    event(f"decision {decision['id']} waits: trainguard approve {decision['id']}", None)
+    time.sleep(after_s)  # the operator reading the decision page
+    if cli.main(["approve", decision["id"], "--by", "lab-demo", "--url", lab.responder_url]) != 0:
+        raise LabError(f"trainguard approve {decision['id']} failed")
+    answered = time.time()
+    event("approved by lab-demo", answered)
+    decided = _ts(decision["decided_at"]) or answered
+    fresh = next((d for d in lab.decisions(job) if d["id"] == decision["id"]), decision)
+    return fresh, answered - decided
 
 
 def _settled(lab: Lab, job: str, decision: dict[str, Any], timeout: float = 15) -> dict[str, Any]:

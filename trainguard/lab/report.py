@@ -53,6 +53,14 @@ def trial_markdown(trial: TrialResult, record: dict[str, Any] | None, png: Path 
         f"| decision (alert → decision recorded, correlation window included) | {_s(trial.decision_s)} |",
         f"| action (decision → Slurm action verified) | {_s(trial.action_s)} |",
         f"| time to productive (fault → first training step of the next attempt) | {_s(trial.productive_s)} |",
+        *(
+            [
+                f"| of which the approval wait (decision → operator's approval) | {_s(trial.approval_s)} |",
+                f"| time to productive without the approval wait | {_s(trial.productive_s - trial.approval_s)} |",
+            ]
+            if trial.approval_s is not None and trial.productive_s is not None
+            else []
+        ),
         "",
         "## Timeline",
         "",

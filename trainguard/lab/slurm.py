@@ -89,7 +89,7 @@ class Proc:
 
 @dataclass
 class Lab:
-    """One lab. ``mode`` is the responder's mode for cluster ``lab`` (act or monitor)."""
+    """One lab. ``mode`` is the responder's mode for cluster ``lab`` (act, approve or monitor)."""
 
     root: Path
     mode: str = "act"
