@@ -30,7 +30,16 @@ SYMPTOMS = frozenset({"collective_timeout", "crash"})
 # Log patterns that a rank prints when a *peer* fails (the catalog's descriptions say "sympathetic"):
 # a dead rank makes every survivor report a broken socket or a remote error. They are symptoms, like
 # collective timeouts, and never implicate the host that printed them.
-SYMPATHETIC_PATTERNS = frozenset({"nccl_remote_error", "nccl_socket_error", "tcpstore_socket_timeout", "sigkill"})
+SYMPATHETIC_PATTERNS = frozenset(
+    {"nccl_remote_error", "nccl_socket_error", "rendezvous_error", "tcpstore_socket_timeout", "sigkill"}
+)
+# Catalog rows that say a rank failed but not why (the catch-all exception row, a launcher's failure
+# summary, a task's exit code, an abort): every rank of a job prints them when one peer dies, so they are
+# symptoms too. They make detection broad without turning a node's fault into "the application's error".
+GENERIC_PATTERNS = frozenset(
+    {"python_exception", "cpp_exception_abort", "torch_elastic_child_failed", "srun_task_failed", "sigabrt",
+     "k8s_crash_loop"}
+)  # fmt: skip
 IMPLICATE_AT = 1.0  # score a host needs before it is blamed
 CRASH_WEIGHT = 0.5  # a crash adds to other evidence on its host but never blames it alone
 FABRIC_SHARE = 0.5  # network errors from at least this share of hosts (and >= 3) mean the fabric
@@ -142,8 +151,12 @@ def attribute(alerts: Sequence[StoredAlert], context: Context | None = None) -> 
 
     for g in groups:
         if g.category == "collective_timeout":
-            sympathetic = g.name in SYMPATHETIC_PATTERNS
-            what = "a peer failed (sympathetic)" if sympathetic else "every surviving rank reports it"
+            if g.name in GENERIC_PATTERNS:
+                what = "a rank failed, the line does not say why"
+            elif g.name in SYMPATHETIC_PATTERNS:
+                what = "a peer failed (sympathetic)"
+            else:
+                what = "every surviving rank reports it"
             explanation.append(_line(g, f"a symptom ({what}): implicates nobody"))
         elif g.category == "crash":
             for host in g.hosts:
@@ -200,7 +213,7 @@ def _group(alerts: Iterable[StoredAlert]) -> list[_Group]:
         labels = alert.labels
         category = labels.get("category", "")
         name = labels.get("pattern") or labels.get("alertname", "")
-        if name in SYMPATHETIC_PATTERNS:
+        if name in SYMPATHETIC_PATTERNS | GENERIC_PATTERNS:
             category = "collective_timeout"  # scored as the symptom it is; the explanation names it
         group = groups.setdefault((category, name), _Group(category, name))
         group.count += 1

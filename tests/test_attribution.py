@@ -96,3 +96,22 @@ def test_hang_laggard_is_the_stuck_process_even_at_the_same_step() -> None:
     verdict = attribute(hangs, Context(available=True, note="", progress=progress))
     assert verdict.implicated == ("h1",)
     assert any("cannot progress" in line for line in verdict.explanation)
+
+
+def test_catch_all_exceptions_of_survivors_do_not_turn_a_network_fault_into_an_app_error() -> None:
+    """When one rank's link fails, every survivor raises some exception the catalog only knows as
+    ``python_exception``: those are symptoms, so the host the network errors name is still blamed."""
+    alerts = [_a("infra_network", "h2", "2", "ib_completion_error")]
+    alerts += [
+        _a("app_error", host, rank, "python_exception") for host, rank in (("h1", "1"), ("h3", "3"), ("h4", "4"))
+    ]
+    alerts += [_a("app_error", "h1", "0", "torch_elastic_child_failed")]
+    verdict = attribute(alerts)
+    assert verdict.failure_class == "infra"
+    assert verdict.implicated == ("h2",)
+
+
+def test_a_catch_all_exception_alone_blames_nobody_and_is_no_app_verdict() -> None:
+    verdict = attribute([_a("app_error", "h1", "1", "python_exception")])
+    assert verdict.failure_class == "unknown"
+    assert verdict.implicated == ()
