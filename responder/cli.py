@@ -72,11 +72,16 @@ def register(sub: Any) -> None:
         description=(
             "Show a cluster's mode, or switch it. In monitor mode (the default) decisions are only recorded; in "
             "act mode they are carried out through the scheduler. Needs the operator token "
-            "(TRAINGUARD_OPERATOR_TOKEN) unless the responder has none configured and you call it from loopback."
+            "(TRAINGUARD_OPERATOR_TOKEN) unless the responder has none configured and you call it from loopback. "
+            "A cluster that is neither configured nor seen is refused without --create; act mode is refused for a "
+            "cluster with no scheduler configured."
         ),
     )
     mode.add_argument("cluster", help="cluster name, as in the alerts' cluster label")
     mode.add_argument("mode", nargs="?", choices=[m.value for m in Mode], help="new mode; omit to show the current one")
+    mode.add_argument(
+        "--create", action="store_true", help="switch a cluster neither configured nor seen yet (else refused)"
+    )
     mode.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
     mode.set_defaults(handler=_mode)
 
@@ -142,9 +147,20 @@ def _call(command: str, args: argparse.Namespace, send: Callable[[httpx.Client],
         print(f"trainguard {command}: cannot reach {url}: {exc}", file=sys.stderr)
         return 1
     if response.status_code != 200:
-        print(f"trainguard {command}: {response.status_code} {response.text}", file=sys.stderr)
+        print(f"trainguard {command}: {response.status_code} {_detail(response)}", file=sys.stderr)
         return 1 if response.status_code >= 500 else 2
     return response.json()
+
+
+def _detail(response: httpx.Response) -> str:
+    """The error's own words (``{"error", "detail"}``) rather than raw JSON, where the body has them."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text
+    if isinstance(body, dict) and "detail" in body:
+        return f"{body.get('error', '')}: {body['detail']}"
+    return response.text
 
 
 def _decisions(args: argparse.Namespace) -> int:
@@ -210,10 +226,14 @@ def _mode(args: argparse.Namespace) -> int:
     def send(client: httpx.Client) -> httpx.Response:
         if args.mode is None:
             return client.get(path)
-        return client.put(path, json={"mode": args.mode}, headers=_operator_headers())
+        return client.put(path, json={"mode": args.mode, "create": args.create}, headers=_operator_headers())
 
     body = _call("mode", args, send)
     if isinstance(body, int):
         return body
     print(f"{body['cluster']}: {body['mode']}")
+    if body.get("known") is False:
+        print(f"trainguard mode: cluster {body['cluster']!r} is unknown (not configured, no records): a typo?",
+              file=sys.stderr)  # fmt: skip
+        return 2
     return 0
