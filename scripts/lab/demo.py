@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from trainguard.lab.faults import CORPUS_PREFIX, FAULTS, fault_named, run_trial
-from trainguard.lab.report import timeline_png, trial_markdown
+from trainguard.lab.report import driving_signals, timeline_png, trial_markdown
 from trainguard.lab.slurm import Lab, LabError, missing_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +73,9 @@ def main() -> int:
         for key in ("id", "incident_id", "patterns", "failure_class", "implicated_nodes", "action",
                     "excluded_nodes", "mode", "outcome", "reason", "detail"):  # fmt: skip
             print(f"  {key:<17} {record.get(key)}")
+        print("\nsignals that drove the decision (hard evidence on the implicated node)")
+        for line in driving_signals(record) or ["none"]:
+            print(f"  {line}")
     print(f"\nreport: {args.out / 'report.md'}" + (f", timeline plot: {png}" if png else ""))
     print("as expected" if trial.ok else f"NOT as expected: {trial.note}")
     return 0 if trial.ok else 1
