@@ -116,11 +116,14 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings, store, scheduler, SystemClock(), registry=registry)
     modes = {name: app.state.services.engine.mode(name) for name in settings.clusters}
     log.info(
-        "trainguard responder on http://%s:%d, store %s, default mode %s, clusters %s, webhook token %s",
-        settings.host, settings.port, settings.db_path, settings.default_mode, modes or "(none configured)",
+        "trainguard responder on %s://%s:%d, store %s, default mode %s, clusters %s, webhook token %s",
+        "https" if settings.tls_certfile else "http", settings.host, settings.port, settings.db_path,
+        settings.default_mode, modes or "(none configured)",
         "required" if settings.webhook_secret() else "NOT configured",
     )  # fmt: skip
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    cert, key = settings.tls_certfile, settings.tls_keyfile
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                ssl_certfile=str(cert) if cert else None, ssl_keyfile=str(key) if key else None)  # fmt: skip
     store.close()
     return 0
 
