@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge ripgrep
 export PROMETHEUS_DISABLE_CREATED_SERIES := True
 
-.PHONY: install install-lab test test-fast lint fmt demo demo-replay bench bench-quick clean help
+.PHONY: install install-lab test test-fast lint fmt demo demo-replay bench bench-quick dist dist-check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -63,5 +63,11 @@ bench: install-lab  ## all benchmarks; JSON and reports under bench/results/ (ab
 bench-quick: install-lab  ## one lab trial per fault class plus two healthy runs (under 10 minutes)
 	$(BIN)/python bench/lab.py --quick
 
-clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info demo-output test-artifacts
+dist: install  ## the wheel and sdist under dist/ (python -m build): rules, dashboards, examples and units inside
+	$(BIN)/python -m build --no-isolation --outdir dist .
+
+dist-check: install  ## build, install the wheel into a clean venv outside the checkout, check every export
+	PYTHON=$(BIN)/python scripts/check_dist.sh
+
+clean:  ## remove the virtualenv, caches and outputs
+	rm -rf $(VENV) dist build .mypy_cache .ruff_cache .pytest_cache *.egg-info demo-output test-artifacts
