@@ -18,6 +18,9 @@ def register(sub: Any) -> None:
     )
     export.add_argument("--profile", default="production", choices=assets.PROFILES, help="default production")
     export.add_argument("--out", type=Path, help="write one file per rule group file into this folder")
+    export.add_argument(
+        "--runbook-url", help="your copy of docs/runbook.md: every runbook_url points there (anchors kept)"
+    )
     export.set_defaults(handler=_rules)
 
     dashboards = sub.add_parser("dashboards", help="export the Grafana dashboards")
@@ -42,9 +45,9 @@ def register(sub: Any) -> None:
 
 def _rules(args: argparse.Namespace) -> int:
     if args.out is None:
-        sys.stdout.write(assets.merged_rules(args.profile))
+        sys.stdout.write(assets.merged_rules(args.profile, args.runbook_url))
         return 0
-    return _report(lambda: assets.export_rules(args.profile, args.out))
+    return _report(lambda: assets.export_rules(args.profile, args.out, args.runbook_url))
 
 
 def _dashboards(args: argparse.Namespace) -> int:
