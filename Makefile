@@ -10,7 +10,7 @@ LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge ripgrep syste
 TORCH_INDEX ?=
 export PROMETHEUS_DISABLE_CREATED_SERIES := True
 
-.PHONY: doctor install install-lab test test-fast lint fmt demo demo-replay bench bench-quick dist dist-check clean help
+.PHONY: doctor install install-lab test test-fast lint fmt demo demo-stop demo-replay bench bench-quick dist dist-check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -55,8 +55,11 @@ fmt: install  ## ruff format and autofix
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-demo: install-lab  ## the whole stack on real Slurm: a GPU fault in real training, detected, isolated, recovered
-	$(BIN)/python scripts/lab/demo.py
+demo: install-lab  ## the whole stack on real Slurm: a GPU fault in real training, detected, isolated, recovered (KEEP=1: leave it running)
+	$(BIN)/python scripts/lab/demo.py $(if $(KEEP),--keep)
+
+demo-stop:  ## end the lab that `make demo KEEP=1` left running
+	$(BIN)/python scripts/lab/demo.py --stop
 
 demo-replay: install  ## no root needed: replay recorded incidents through a real `trainguard serve`
 	$(BIN)/python scripts/demo.py
