@@ -95,6 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from responder.app import create_app  # noqa: PLC0415
     from responder.clock import SystemClock  # noqa: PLC0415
+    from responder.guardrails import act_without_scheduler  # noqa: PLC0415
     from responder.schedulers.router import build_schedulers  # noqa: PLC0415
     from responder.settings import load_settings  # noqa: PLC0415
     from responder.store.sqlite import SqliteStore  # noqa: PLC0415
@@ -105,6 +106,9 @@ def _serve(args: argparse.Namespace) -> int:
         settings.operator_secret()
         registry = CollectorRegistry()
         scheduler = build_schedulers(settings.schedulers(), registry)
+        refused = act_without_scheduler(settings, scheduler)
+        if refused:
+            raise ConfigError("; ".join(refused) + " (set the scheduler, or mode: monitor)")
     except (ConfigError, ValueError, ValidationError) as exc:
         print(f"trainguard serve: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from responder.errors import ResponderError
 from responder.model import Mode
 from responder.schedulers.router import ClusterSchedulers
 from responder.services import Services
+from responder.settings import Settings
 from responder.store import RecordQuery
 
 
@@ -56,3 +57,15 @@ def check_switch(svc: Services, cluster: str, mode: Mode, create: bool) -> None:
         reason = act_refusal(svc, cluster)
         if reason is not None:
             raise ActRefused(reason)
+
+
+def act_without_scheduler(settings: Settings, scheduler: ClusterSchedulers) -> list[str]:
+    """At start: every configured act-mode cluster (or ``default_mode: act``) that has no adapter."""
+    problems = [
+        f"clusters.{name}.mode is act but clusters.{name}.scheduler is not set: every action would fail"
+        for name, cluster in settings.clusters.items()
+        if cluster.mode == Mode.ACT and name not in scheduler.adapters
+    ]
+    if settings.default_mode == Mode.ACT and not scheduler.adapters:
+        problems.append("default_mode is act but no cluster has a scheduler: every action would fail")
+    return problems

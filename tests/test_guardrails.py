@@ -143,3 +143,14 @@ def test_mode_command_says_unknown_and_refuses_a_typo(tmp_path: Path) -> None:
         assert run("newc", "monitor", "--create").returncode == 0
     finally:
         server.stop()
+
+
+def test_serve_refuses_act_mode_without_a_scheduler_in_its_config(tmp_path: Path) -> None:
+    config = tmp_path / "tg.yaml"
+    config.write_text("clusters:\n  lab:\n    mode: act\n")
+    out = subprocess.run(
+        [TRAINGUARD, "serve", "--config", str(config), "--db", str(tmp_path / "tg.db"), "--port", "1"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "clusters.lab.mode is act but clusters.lab.scheduler is not set" in out.stderr
