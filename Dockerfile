@@ -7,7 +7,7 @@ COPY trainguard ./trainguard
 COPY responder ./responder
 COPY exporters ./exporters
 RUN python -m venv /opt/trainguard \
- && /opt/trainguard/bin/pip install --no-cache-dir -c constraints.txt '.[k8s]'
+ && /opt/trainguard/bin/pip install --no-cache-dir -c constraints.txt '.[k8s,nvml]'
 
 FROM python:3.11-slim-bookworm
 RUN useradd --system --uid 10001 --home-dir /data --create-home trainguard

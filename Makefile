@@ -3,13 +3,20 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # Debian packages the lab and the real-service tests need (installed by `make install-lab` as root).
-LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge ripgrep
+LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge ripgrep systemd
+# Where pip finds torch for the lab. Empty: your pip index (PyPI's Linux wheel is the CUDA build, about
+# 2.5 GB with its nvidia-* wheels). The lab needs only the CPU build:
+#   make install-lab TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 export PROMETHEUS_DISABLE_CREATED_SERIES := True
 
-.PHONY: install install-lab test test-fast lint fmt demo demo-replay bench bench-quick clean help
+.PHONY: doctor install install-lab test test-fast lint fmt demo demo-stop demo-replay bench bench-quick dist dist-check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+doctor:  ## check this machine's prerequisites (README) and say what to install
+	@scripts/doctor.sh
 
 install: $(BIN)/trainguard  ## create .venv/ with trainguard and its pinned dependencies
 
@@ -27,7 +34,8 @@ install-lab: install  ## the lab's needs: Debian packages (as root) and CPU PyTo
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=600 $$missing; \
 	  fi; \
 	else echo "not root: skipping apt-get install $(LAB_PACKAGES) (the lab needs root anyway)"; fi
-	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,lab]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt \
+	  $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -e '.[dev,lab]'
 
 test: install  ## every test; real-service tests skip (with the reason) where a service is missing
 	$(BIN)/pytest
@@ -43,12 +51,15 @@ lint: install  ## ruff (banned-api: no subprocess/kubernetes outside responder/s
 	$(BIN)/python scripts/lint_monitoring.py
 	$(BIN)/python -m dashboards.generate --check
 
-fmt: install
+fmt: install  ## ruff format and autofix
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-demo: install-lab  ## the whole stack on real Slurm: a GPU fault in real training, detected, isolated, recovered
-	$(BIN)/python scripts/lab/demo.py
+demo: install-lab  ## the whole stack on real Slurm: a GPU fault in real training, detected, isolated, recovered (KEEP=1: leave it running)
+	$(BIN)/python scripts/lab/demo.py $(if $(KEEP),--keep)
+
+demo-stop:  ## end the lab that `make demo KEEP=1` left running
+	$(BIN)/python scripts/lab/demo.py --stop
 
 demo-replay: install  ## no root needed: replay recorded incidents through a real `trainguard serve`
 	$(BIN)/python scripts/demo.py
@@ -63,5 +74,11 @@ bench: install-lab  ## all benchmarks; JSON and reports under bench/results/ (ab
 bench-quick: install-lab  ## one lab trial per fault class plus two healthy runs (under 10 minutes)
 	$(BIN)/python bench/lab.py --quick
 
-clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info demo-output test-artifacts
+dist: install  ## the wheel and sdist under dist/ (python -m build): rules, dashboards, examples and units inside
+	$(BIN)/python -m build --no-isolation --outdir dist .
+
+dist-check: install  ## build, install the wheel into a clean venv outside the checkout, check every export
+	PYTHON=$(BIN)/python scripts/check_dist.sh
+
+clean:  ## remove the virtualenv, caches and outputs
+	rm -rf $(VENV) dist build .mypy_cache .ruff_cache .pytest_cache *.egg-info demo-output test-artifacts

@@ -1,7 +1,7 @@
 """Multi-line events: Python tracebacks, torchelastic failure summaries, NVRM messages over several lines.
 
 Each event is one finding, named by the highest-precedence row its cause lines match, its ``line`` the line
-that names the cause (CONTRACT §6). Lines are grouped per launcher prefix (``[rank3]:``, ``0: ``...), so
+that names the cause. Lines are grouped per launcher prefix (``[rank3]:``, ``0: ``...), so
 interleaved ranks each get their own event. An event is fed line by line (``feed``: True when it takes the
 line) and turned into its finding by ``finish``.
 """

@@ -62,6 +62,8 @@ class ExporterConfig:
     nvml: bool = True
     max_identities: int = 1024
     state_ttl: float = 3600.0
+    # A kernel line (XID) counts for ranks gone this recently too: the fault that logs it kills them.
+    kernel_linger_s: float = 60.0
 
 
 @dataclass
@@ -69,6 +71,16 @@ class _FileContext:
     workload: tuple[str, str, str]
     rank: str
     host: str
+
+
+def _page_summary(pattern_id: str, ident: Identity) -> str:
+    """``xid_79_fallen_off_bus in 7 rank 1 on n2``; an empty label is left out, never printed blank."""
+    words = [pattern_id]
+    if ident.workload:
+        words += ["in", ident.workload]
+    if ident.rank:
+        words += ["rank", ident.rank]
+    return " ".join([*words, "on", ident.host])
 
 
 class Exporter:
@@ -160,12 +172,14 @@ class Exporter:
 
     # -- log loop -------------------------------------------------------------------------------------
     def _kernel_identities(self) -> list[Identity]:
-        """A kernel line (an XID) hurts every workload running on this node: count it for each live
-        one, rank "" (node level); with none running, under the node alone (workload "")."""
+        """A kernel line (an XID) hurts every workload running on this node: count it for each one live
+        or gone within ``kernel_linger_s`` (its rank may die in the same poll that reads the line), rank ""
+        (node level); with none, under the node alone (workload "")."""
         c = self.config
         if c.workload:
             return [Identity(c.cluster, c.workload, c.scheduler or "", c.attempt or "0", "", c.host)]
-        live = sorted({(i.workload, i.scheduler, i.attempt) for i in self.tracker.live_identities()})
+        recent = self.tracker.recent_identities(c.kernel_linger_s)
+        live = sorted({(i.workload, i.scheduler, i.attempt) for i in recent})
         return [Identity(c.cluster, *w, "", c.host) for w in live] or [Identity(c.cluster, "", "", "", "", c.host)]
 
     def on_lines(self, f: Follower, data: bytes) -> None:
@@ -229,7 +243,7 @@ class Exporter:
                 "severity": "critical",
             },
             {
-                "summary": f"{pattern.id} in {ident.workload or '?'} rank {ident.rank or '?'} on {ident.host}",
+                "summary": _page_summary(pattern.id, ident),
                 "description": f"{pattern.description}. Line: {text[:300]}",
                 "runbook_url": runbook_url(alertname),
             },

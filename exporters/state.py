@@ -263,6 +263,23 @@ class ProgressTracker:
                 if not s.exited and (seen := self.seen.get(s.identity)) is not None and seen.alive is not False
             ]
 
+    def recent_identities(self, within_s: float) -> list[Identity]:
+        """Live ranks, and ranks whose process was alive (or wrote its state) within ``within_s``.
+
+        A GPU that falls off the bus kills its rank in the same moment the kernel logs the XID: by the
+        time the exporter reads that line, the rank may be gone. The line still belongs to it.
+        """
+        now = self.clock()
+        with self.lock:
+            found = []
+            for s in self.states.values():
+                seen = self.seen.get(s.identity)
+                alive = seen is not None and seen.alive is not False and not s.exited
+                last = max(s.mtime, (seen.last_alive if seen is not None else None) or 0.0)
+                if alive or now - last <= within_s:
+                    found.append(s.identity)
+            return found
+
     def identity_for_gpu(self, index: str, uuid: str | None) -> Identity | None:
         """The live rank that records this GPU (by UUID or index); None when none or several do."""
         with self.lock:

@@ -1,4 +1,4 @@
-"""Where a log line points: rank, host, PCI bus id, GPU (INTEGRATION.md §4).
+"""Where a log line points: rank, host, PCI bus id, GPU.
 
 Rank: ``[rankN]:`` prefix, ``[Rank N]`` / ``[PG ... Rank N]`` in c10d text, torchelastic's
 ``rank : N (local_rank: M)``, an ``srun --label`` prefix ``N: `` when nothing better is there. Host: NCCL's

@@ -23,6 +23,7 @@ from responder.alerts import Notification
 from responder.auth import operator_identity, read_capped, require_bearer
 from responder.clock import parse_rfc3339, rfc3339
 from responder.errors import BadRequest, NotFound, ResponderError, StoreUnavailable
+from responder.guardrails import check_switch, known_cluster
 from responder.model import Kind, Mode, Outcome
 from responder.services import Services, services
 from responder.store import RecordQuery
@@ -37,6 +38,7 @@ _Body = TypeVar("_Body", bound=BaseModel)
 class ModeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     mode: Mode
+    create: bool = False  # switch a cluster that is neither configured nor seen (guardrails.check_switch)
 
 
 class ReviewBody(BaseModel):
@@ -164,8 +166,11 @@ def cluster_param(request: Request) -> str:
 
 
 async def get_mode(request: Request) -> Response:
+    svc = services(request)
     cluster = cluster_param(request)
-    return JSONResponse({"cluster": cluster, "mode": await run_in_threadpool(services(request).engine.mode, cluster)})
+    mode = await run_in_threadpool(svc.engine.mode, cluster)
+    known = await run_in_threadpool(known_cluster, svc, cluster)
+    return JSONResponse({"cluster": cluster, "mode": mode, "known": known})
 
 
 async def put_mode(request: Request) -> Response:
@@ -173,6 +178,7 @@ async def put_mode(request: Request) -> Response:
     cluster = cluster_param(request)
     who = operator_identity(request, svc.operator_token)
     body = _parse(ModeBody, await read_capped(request, svc.settings.max_body_bytes))
+    await run_in_threadpool(check_switch, svc, cluster, body.mode, body.create)
     await run_in_threadpool(svc.engine.set_mode, cluster, body.mode, who)
     return JSONResponse({"cluster": cluster, "mode": body.mode})
 

@@ -20,7 +20,7 @@ from responder import api, approval_api, console, console_approval
 from responder.alertmanager import AlertmanagerClient
 from responder.attribution import Enricher
 from responder.clock import Clock
-from responder.engine import Engine
+from responder.engine import Engine, precreate_failed
 from responder.enrichment import PrometheusEnricher
 from responder.errors import ResponderError
 from responder.loki import LokiMirror
@@ -60,6 +60,8 @@ def create_app(
         engine.sinks.append(signals.submit)
     for cluster, mode in store.modes().items():
         metrics.mode.labels(cluster).set(1 if mode == Mode.ACT else 0)
+    for cluster in set(settings.clusters) | set(store.modes()):
+        precreate_failed(metrics, cluster)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

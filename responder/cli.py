@@ -74,11 +74,16 @@ def register(sub: Any) -> None:
             "Show a cluster's mode, or switch it. In monitor mode (the default) decisions are only recorded; in "
             "approve mode they wait for `trainguard approve ID`; in act mode they are carried out through the "
             "scheduler. Needs the operator token "
-            "(TRAINGUARD_OPERATOR_TOKEN) unless the responder has none configured and you call it from loopback."
+            "(TRAINGUARD_OPERATOR_TOKEN) unless the responder has none configured and you call it from loopback. "
+            "A cluster that is neither configured nor seen is refused without --create; act mode is refused for a "
+            "cluster with no scheduler configured."
         ),
     )
     mode.add_argument("cluster", help="cluster name, as in the alerts' cluster label")
     mode.add_argument("mode", nargs="?", choices=[m.value for m in Mode], help="new mode; omit to show the current one")
+    mode.add_argument(
+        "--create", action="store_true", help="switch a cluster neither configured nor seen yet (else refused)"
+    )
     mode.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
     mode.set_defaults(handler=_mode)
 
@@ -94,6 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from responder.app import create_app  # noqa: PLC0415
     from responder.clock import SystemClock  # noqa: PLC0415
+    from responder.guardrails import act_without_scheduler  # noqa: PLC0415
     from responder.schedulers.router import build_schedulers  # noqa: PLC0415
     from responder.settings import load_settings  # noqa: PLC0415
     from responder.store.sqlite import SqliteStore  # noqa: PLC0415
@@ -104,6 +110,9 @@ def _serve(args: argparse.Namespace) -> int:
         settings.operator_secret()
         registry = CollectorRegistry()
         scheduler = build_schedulers(settings.schedulers(), registry)
+        refused = act_without_scheduler(settings, scheduler)
+        if refused:
+            raise ConfigError("; ".join(refused) + " (set the scheduler, or mode: monitor)")
     except (ConfigError, ValueError, ValidationError) as exc:
         print(f"trainguard serve: {exc}", file=sys.stderr)
         return 2
@@ -115,11 +124,14 @@ def _serve(args: argparse.Namespace) -> int:
     app = create_app(settings, store, scheduler, SystemClock(), registry=registry)
     modes = {name: app.state.services.engine.mode(name) for name in settings.clusters}
     log.info(
-        "trainguard responder on http://%s:%d, store %s, default mode %s, clusters %s, webhook token %s",
-        settings.host, settings.port, settings.db_path, settings.default_mode, modes or "(none configured)",
+        "trainguard responder on %s://%s:%d, store %s, default mode %s, clusters %s, webhook token %s",
+        "https" if settings.tls_certfile else "http", settings.host, settings.port, settings.db_path,
+        settings.default_mode, modes or "(none configured)",
         "required" if settings.webhook_secret() else "NOT configured",
     )  # fmt: skip
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    cert, key = settings.tls_certfile, settings.tls_keyfile
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                ssl_certfile=str(cert) if cert else None, ssl_keyfile=str(key) if key else None)  # fmt: skip
     store.close()
     return 0
 
@@ -146,9 +158,20 @@ def _call(command: str, args: argparse.Namespace, send: Callable[[httpx.Client],
         print(f"trainguard {command}: cannot reach {url}: {exc}", file=sys.stderr)
         return 1
     if response.status_code != 200:
-        print(f"trainguard {command}: {response.status_code} {response.text}", file=sys.stderr)
+        print(f"trainguard {command}: {response.status_code} {_detail(response)}", file=sys.stderr)
         return 1 if response.status_code >= 500 else 2
     return response.json()
+
+
+def _detail(response: httpx.Response) -> str:
+    """The error's own words (``{"error", "detail"}``) rather than raw JSON, where the body has them."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text
+    if isinstance(body, dict) and "detail" in body:
+        return f"{body.get('error', '')}: {body['detail']}"
+    return response.text
 
 
 def _decisions(args: argparse.Namespace) -> int:
@@ -214,10 +237,14 @@ def _mode(args: argparse.Namespace) -> int:
     def send(client: httpx.Client) -> httpx.Response:
         if args.mode is None:
             return client.get(path)
-        return client.put(path, json={"mode": args.mode}, headers=_operator_headers())
+        return client.put(path, json={"mode": args.mode, "create": args.create}, headers=_operator_headers())
 
     body = _call("mode", args, send)
     if isinstance(body, int):
         return body
     print(f"{body['cluster']}: {body['mode']}")
+    if body.get("known") is False:
+        print(f"trainguard mode: cluster {body['cluster']!r} is unknown (not configured, no records): a typo?",
+              file=sys.stderr)  # fmt: skip
+        return 2
     return 0

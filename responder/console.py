@@ -38,6 +38,7 @@ from responder import breaker, isolation
 from responder.auth import operator_identity, read_capped
 from responder.clock import rfc3339
 from responder.errors import PayloadTooLarge, ResponderError
+from responder.guardrails import check_switch
 from responder.model import AuditRecord, Kind, Mode, Outcome
 from responder.services import Services, services
 from responder.store import RecordQuery
@@ -389,6 +390,10 @@ async def set_mode(request: Request) -> Response:
             else f"Not allowed: {exc.detail}"
         )  # fmt: skip
         return _error(request, exc.status_code, "Not switched", message)
+    try:
+        await run_in_threadpool(check_switch, svc, cluster, Mode(mode), False)
+    except ResponderError as exc:
+        return _error(request, exc.status_code, "Not switched", str(exc.detail))
     await run_in_threadpool(svc.engine.set_mode, cluster, mode, f"{who} (console)")
     return RedirectResponse(
         f"/console?{urllib.parse.urlencode({'changed': cluster})}#cluster-{cluster}",

@@ -67,6 +67,15 @@ class EngineConfig(Protocol):
 
 
 MAX_CONCURRENT_ACTIONS = 8
+
+
+def precreate_failed(metrics: ResponderMetrics, cluster: str) -> None:
+    """Every action's failure counter at 0 for ``cluster``, so its first failure is a visible increase."""
+    for action in Action:
+        if action != Action.NONE:
+            metrics.actions_failed.labels(cluster, action)
+
+
 RETRY_DECISION_S = 5.0
 
 
@@ -109,6 +118,7 @@ class Engine:
     def set_mode(self, cluster: str, mode: str, changed_by: str) -> None:
         self.store.set_mode(cluster, Mode(mode), self.clock.now(), changed_by)
         self.metrics.mode.labels(cluster).set(1 if mode == Mode.ACT else 0)
+        precreate_failed(self.metrics, cluster)
         log.warning("cluster %s switched to %s mode by %s", cluster, mode, changed_by)
 
     def refresh_gauges(self) -> None:
@@ -278,8 +288,11 @@ class Engine:
         self.metrics.decisions.labels(record.cluster, record.action, record.mode, record.outcome).inc()
         if record.acted_at is not None:
             self.metrics.action_latency.observe(max(0.0, record.acted_at - record.decided_at))
-        log.info("action %s %s/%s: %s (%s)", record.action, record.cluster, record.workload, record.outcome,
-                 record.detail)  # fmt: skip
+        if record.outcome == Outcome.FAILED:
+            self.metrics.actions_failed.labels(record.cluster, record.action).inc()
+        level = logging.WARNING if record.outcome == Outcome.FAILED else logging.INFO
+        log.log(level, "action %s %s/%s: %s (%s)", record.action, record.cluster, record.workload, record.outcome,
+                record.detail)  # fmt: skip
 
     # -- approve mode ---------------------------------------------------------------------------
 

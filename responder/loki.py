@@ -3,7 +3,7 @@
 ``LokiMirror.submit`` is an engine sink: it turns the record into one log entry and puts it on a
 bounded in-memory queue, nothing more, so a slow or absent Loki never delays a decision. A worker
 thread takes entries off the queue in batches and ships them with the JSON push API
-(``POST /loki/api/v1/push``, INTEGRATION §7.1), gzip-compressed by default.
+(``POST /loki/api/v1/push``, Loki's JSON push format), gzip-compressed by default.
 
 When a push fails with a 5xx, a 429, a 408/401/403/404 (a proxy or configuration problem an
 operator can fix) or a transport error, the batch is written to an on-disk spool (a directory of

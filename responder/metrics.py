@@ -31,6 +31,14 @@ class ResponderMetrics:
             ["cluster", "action", "mode", "outcome"],
             registry=registry,
         )
+        # Its own counter, created at 0 for every cluster that may act (configured, or switched to act),
+        # so the first failure is an increase Prometheus sees (TrainguardResponderActionsFailing).
+        self.actions_failed = Counter(
+            "trainguard_responder_actions_failed_total",
+            "Scheduler actions whose outcome is failed, by cluster and action",
+            ["cluster", "action"],
+            registry=registry,
+        )
         self.breaker_open = Gauge(
             "trainguard_responder_breaker_open",
             "1 while a cluster's circuit breaker is open after correlated failures",

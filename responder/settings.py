@@ -48,6 +48,8 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="address to listen on")
     port: int = Field(9480, ge=1, le=65535, description="port to listen on")
+    tls_certfile: Path | None = Field(None, description="PEM certificate: serve HTTPS (uvicorn's own TLS)")
+    tls_keyfile: Path | None = Field(None, description="PEM private key for tls_certfile")
     db_path: Path = Field(Path("trainguard.db"), description="SQLite audit store (WAL)")
     webhook_token: SecretStr | None = Field(None, description="bearer token Alertmanager must send")
     webhook_token_file: Path | None = Field(None, description="file holding the webhook token")

@@ -74,6 +74,8 @@ class Demo:
         self.client = httpx.Client(base_url=url, timeout=10)
         self.seen: set[str] = set()
         self.failures: list[str] = []
+        # What each scene sent, so a re-send is the same notification (same startsAt), as Alertmanager's is.
+        self.sent: dict[int, dict[str, Any]] = {}
 
     def new_records(self, wait_for: int, timeout: float = 10.0) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout
@@ -113,7 +115,7 @@ class Demo:
         expect = scene["expect"]
         if "resend_of" in scene:
             original = scenes[scene["resend_of"]]
-            payload = notification(scene_alerts(original, original["workload"]))
+            payload = self.sent.get(scene["resend_of"]) or notification(scene_alerts(original, original["workload"]))
             for _ in range(scene["times"]):
                 body = self.client.post("/v1/alerts", json=payload).json()
                 dup = body["duplicates"]
@@ -126,7 +128,8 @@ class Demo:
         workloads = scene.get("together") or [scene["workload"]]
         # Workloads that fail together arrive together: one notification (one Alertmanager group).
         alerts = [a for workload in workloads for a in scene_alerts(scene, workload)]
-        body = self.client.post("/v1/alerts", json=notification(alerts)).json()
+        self.sent[index] = notification(alerts)
+        body = self.client.post("/v1/alerts", json=self.sent[index]).json()
         names = ", ".join(map(repr, workloads))
         print(f"    Alertmanager -> POST /v1/alerts: {body['alerts']} alerts for workload(s) {names} "
               f"({body['evidence']} evidence, {body['rejected']} rejected)")  # fmt: skip

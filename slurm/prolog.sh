@@ -9,8 +9,8 @@
 # logs, may use %j for the job id), TRAINGUARD_EXPORTER_PORT. Set them in /etc/default/trainguard.
 set -u
 [[ -r /etc/default/trainguard ]] && . /etc/default/trainguard
-: "${TRAINGUARD_CLUSTER:=cluster}" "${TRAINGUARD_BIN:=/opt/trainguard/.venv/bin/trainguard}"
-: "${TRAINGUARD_EXPORTER_PORT:=9478}" "${TRAINGUARD_LOG_GLOB:=/shared/logs/%j/*.log}"
+: "${TRAINGUARD_CLUSTER:=cluster}" "${TRAINGUARD_BIN:=/opt/trainguard/venv/bin/trainguard}"
+: "${TRAINGUARD_EXPORTER_PORT:=9481}" "${TRAINGUARD_LOG_GLOB:=/shared/logs/%j/*.log}"
 
 job=${SLURM_JOB_ID:-}
 [[ "$job" =~ ^[1-9][0-9]{0,9}$ ]] || exit 0

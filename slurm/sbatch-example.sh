@@ -17,7 +17,7 @@ attempt=${SLURM_RESTART_COUNT:-0}       # trainguard's "attempt": resume from th
 # one exporter per node, beside the ranks; it names the workload from SLURM_JOB_ID/SLURM_RESTART_COUNT
 srun --overlap --ntasks-per-node=1 --cpus-per-task=1 --mem=256M --kill-on-bad-exit=0 \
   trainguard exporter --cluster "${TRAINGUARD_CLUSTER:-cluster}" --scheduler slurm \
-  --listen 0.0.0.0 --port 9478 --log "logs/$SLURM_JOB_ID/rank*.log" &
+  --listen 0.0.0.0 --port 9481 --log "logs/$SLURM_JOB_ID/rank*.log" &
 
 export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -1)
 export MASTER_PORT=$((29500 + SLURM_JOB_ID % 1000))

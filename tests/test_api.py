@@ -149,11 +149,13 @@ def test_missing_or_wrong_token_is_a_401(make_responder: Callable[..., Responder
 
 def test_mode_is_monitor_by_default_persisted_and_switchable(make_responder: Callable[..., Responder]) -> None:
     responder = make_responder(operator_token="op")
-    assert responder.client.get("/v1/clusters/lab/mode").json() == {"cluster": "lab", "mode": "monitor"}
+    assert responder.client.get("/v1/clusters/lab/mode").json() == {"cluster": "lab", "mode": "monitor", "known": False}
     assert responder.client.put("/v1/clusters/lab/mode", json={"mode": "act"}).status_code == 401
     bad = responder.client.put("/v1/clusters/lab/mode", json={"mode": "yolo"}, headers={"Authorization": "Bearer op"})
     assert bad.status_code == 400
-    ok = responder.client.put("/v1/clusters/lab/mode", json={"mode": "act"}, headers={"Authorization": "Bearer op"})
+    ok = responder.client.put(
+        "/v1/clusters/lab/mode", json={"mode": "act", "create": True}, headers={"Authorization": "Bearer op"}
+    )
     assert ok.status_code == 200
     assert responder.store.get_mode("lab") == "act"
     assert responder.metric("trainguard_responder_mode_act", {"cluster": "lab"}) == 1
@@ -161,7 +163,7 @@ def test_mode_is_monitor_by_default_persisted_and_switchable(make_responder: Cal
 
 
 def test_act_mode_calls_the_scheduler_once_and_records_done(responder: Responder) -> None:
-    responder.client.put("/v1/clusters/lab/mode", json={"mode": "act"})
+    assert responder.client.put("/v1/clusters/lab/mode", json={"mode": "act", "create": True}).status_code == 200
     responder.post(nccl_storm_with_xid(ranks_per_host=2, hosts=3, bad_host="gpu-003"))
     wait = lambda: [d for d in responder.decisions() if d["outcome"] == "done"]  # noqa: E731
     from tests.services import wait_until  # noqa: PLC0415

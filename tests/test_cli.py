@@ -50,10 +50,11 @@ def test_decisions_and_mode_commands(server: ServerProcess, tmp_path: Path) -> N
     assert out.returncode == 0
     assert '"action": "requeue_excluding"' in out.stdout
     assert run("mode", "lab", "--url", server.url).stdout.strip() == "lab: monitor"
-    switched = run("mode", "lab", "act", "--url", server.url)
-    assert switched.returncode == 0, switched.stderr
-    assert switched.stdout.strip() == "lab: act"
-    assert run("mode", "lab", "--url", server.url).stdout.strip() == "lab: act"
+    # This server has no scheduler configured: act is refused with the reason (tests/test_guardrails.py).
+    refused = run("mode", "lab", "act", "--url", server.url)
+    assert refused.returncode == 2
+    assert "no scheduler configured" in refused.stderr
+    assert run("mode", "lab", "--url", server.url).stdout.strip() == "lab: monitor"
     assert run("mode", "lab", "monitor", "--url", server.url).returncode == 0
     unreachable = run("decisions", "--url", "http://127.0.0.1:9")
     assert unreachable.returncode == 1

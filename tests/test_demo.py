@@ -17,3 +17,7 @@ def test_demo_runs_every_scene_as_expected() -> None:
     assert "all scenes went as expected" in result.stdout
     assert "requeue_excluding gpu-003" in result.stdout
     assert "refused" in result.stdout
+    # a re-send is the very same notification: every alert of the first re-send is a duplicate already
+    resends = [line for line in result.stdout.splitlines() if "recognised as duplicates" in line]
+    assert resends
+    assert all(line.split("re-sends ")[1].split()[0] == line.split(": ")[1].split()[0] for line in resends), resends

@@ -18,6 +18,7 @@ import pytest
 
 from tests.services import unavailable
 from trainguard.lab.faults import CORPUS_PREFIX, FAULTS, Fault, TrialResult, fault_named, load_corpus_case, run_trial
+from trainguard.lab.report import driving_signals
 from trainguard.lab.slurm import Lab, LabError, missing_requirements
 
 pytestmark = pytest.mark.e2e
@@ -42,6 +43,13 @@ def test_gpu_fault_is_detected_isolated_and_training_resumes_elsewhere() -> None
     assert record["mode"] == "act"
     assert record["verified"] is True
     assert record["failure_class"] == "infra"
+    # The kernel-log XID reached the workload (rank "" = node level) and is evidence of the decision,
+    # not `ignored: no cluster/workload labels` (issue 14); the demo prints it first (driving_signals).
+    xids = [e["labels"] for e in record["evidence"] if e["labels"].get("pattern", "").startswith("xid_79")]
+    assert xids, record["evidence"]
+    assert {x.get("rank", "") for x in xids} == {""}
+    assert {x["host"] for x in xids} == {trial.target}
+    assert driving_signals(record)[0].startswith("TrainguardLogInfraGpu xid_79_fallen_off_bus on "), record
     # Latency figures are benchmarks (bench/lab.py), not assertions; only sanity here.
     assert trial.detection_s is not None
     assert trial.detection_s < 30

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from exporters import cli as exporter_cli
 from responder import cli as responder_cli
-from trainguard import __version__
+from trainguard import __version__, export_cli
 
 DESCRIPTION = """\
 trainguard watches distributed training jobs and recovers them when a node fails.
@@ -25,6 +25,7 @@ trainguard watches distributed training jobs and recovers them when a node fails
                      trainguard replay --config NEW.yaml  what a config change would have decided
                      trainguard watchdog        release jobs a stalled responder left held
   debugging:         trainguard patterns scan   run the log-pattern catalog over a log
+  deploying:         trainguard rules export    alert rules; also: dashboards export, config example
 
 Start with:  trainguard serve --db ./trainguard.db   (no config needed; monitor mode)
 Every subcommand has --help.
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     responder_cli.register(sub)
     exporter_cli.register(sub)
+    export_cli.register(sub)
     return parser
 
 

@@ -6,6 +6,7 @@ exporter's catalog and fast path (``exporters/``) are to read them too.
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 # Categories of log-pattern matches (the exporter's catalog), interfaces.md §2.
@@ -23,5 +24,6 @@ def runbook_anchor(alertname: str) -> str:
 
 
 def runbook_url(alertname: str) -> str:
-    """Every alert's ``runbook_url``, stamped from this one pattern."""
-    return f"{RUNBOOK}#{runbook_anchor(alertname)}"
+    """Every alert's ``runbook_url``, stamped from this one pattern. ``TRAINGUARD_RUNBOOK_URL`` points the
+    exporter's fast-path alerts at your own copy of the runbook (``rules export --runbook-url`` the rules)."""
+    return f"{os.environ.get('TRAINGUARD_RUNBOOK_URL') or RUNBOOK}#{runbook_anchor(alertname)}"

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from trainguard.lab.faults import CORPUS_PREFIX, FAULTS, fault_named, run_trial
-from trainguard.lab.report import timeline_png, trial_markdown
+from trainguard.lab.keep import keep, stop
+from trainguard.lab.report import driving_signals, timeline_png, trial_markdown
 from trainguard.lab.slurm import Lab, LabError, missing_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +35,16 @@ def main() -> int:
                         "a case of tests/data/corpus/*.jsonl as the rank's own log output (default xid)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=ROOT / "demo-output", help="where the report goes")
     parser.add_argument("--mode", choices=["act", "monitor"], default="act")
+    parser.add_argument("--keep", action="store_true", help="leave the lab running (make demo KEEP=1)")
+    parser.add_argument("--stop", action="store_true", help="end a lab left by --keep (make demo-stop)")
     args = parser.parse_args()
+    state = args.out / "lab.json"
+    if args.stop:
+        if not state.exists():
+            print(f"no kept lab: {state} does not exist", file=sys.stderr)
+            return 1
+        print(f"ended {len(stop(state))} lab processes and the Slurm lab")
+        return 0
     try:
         fault = fault_named(args.fault)
     except LabError as exc:
@@ -50,16 +60,23 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-lab-"))
     lab = Lab(workdir, mode=args.mode, say=lambda m: print(f"[lab] {m}", flush=True))
     started = time.monotonic()
+    kept = False
     try:
-        with lab.running():
-            print(f"[lab] stack up in {time.monotonic() - started:.1f}s; logs and state under {workdir}")
-            print(f"[lab] submitting a 3-node training job; injecting '{args.fault}' once it has a checkpoint\n")
-            trial = run_trial(lab, fault, say=lambda m: print(m, flush=True))
-            records = lab.decisions(trial.job)
-            record = records[-1] if records else None
+        lab.up()
+        print(f"[lab] stack up in {time.monotonic() - started:.1f}s; logs and state under {workdir}")
+        print(f"[lab] submitting a 3-node training job; injecting '{args.fault}' once it has a checkpoint\n")
+        trial = run_trial(lab, fault, say=lambda m: print(m, flush=True))
+        records = lab.decisions(trial.job)
+        record = records[-1] if records else None
+        if args.keep:
+            urls = keep(lab, state)
+            kept = True
     except LabError as exc:
         print(f"\nlab error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if not kept:
+            lab.down()
     args.out.mkdir(parents=True, exist_ok=True)
     png = timeline_png(trial, args.out / "timeline.png")
     (args.out / "report.md").write_text(trial_markdown(trial, record, png))
@@ -73,7 +90,13 @@ def main() -> int:
         for key in ("id", "incident_id", "patterns", "failure_class", "implicated_nodes", "action",
                     "excluded_nodes", "mode", "outcome", "reason", "detail"):  # fmt: skip
             print(f"  {key:<17} {record.get(key)}")
+        print("\nsignals that drove the decision (hard evidence on the implicated node)")
+        for line in driving_signals(record) or ["none"]:
+            print(f"  {line}")
     print(f"\nreport: {args.out / 'report.md'}" + (f", timeline plot: {png}" if png else ""))
+    if kept:
+        print("\nthe lab keeps running: " + ", ".join(f"{k} {v}" for k, v in urls.items()))
+        print("end it with: make demo-stop")
     print("as expected" if trial.ok else f"NOT as expected: {trial.note}")
     return 0 if trial.ok else 1
 

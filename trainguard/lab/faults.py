@@ -373,8 +373,16 @@ def _observe(lab: Lab, fault: Fault, result: TrialResult, t0: float, say: Callab
                 labels = first["labels"]
                 result.first_alert = labels.get("alertname")
                 result.detection_s = first["received_at"] - t0
-                event(f"alert at the responder: {labels.get('alertname')} [{labels.get('category')}] "
-                      f"{labels.get('pattern', '')} on {labels.get('host', '?')}", first["received_at"])  # fmt: skip
+                words = [
+                    labels.get("alertname"),
+                    f"[{labels.get('category')}]",
+                    labels.get("pattern"),
+                    f"rank {labels['rank']}" if labels.get("rank") else None,
+                    "on",
+                    labels.get("host", "?"),
+                ]
+                line = " ".join(str(w) for w in words if w)
+                event(f"alert at the responder: {line}", first["received_at"])
         found = [d for d in lab.decisions(job) if d["attempt"] == "0"]
         if found:
             decision = found[-1]

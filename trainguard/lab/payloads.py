@@ -1,4 +1,4 @@
-"""Builders for Alertmanager v4 webhook payloads, shaped like the ones PIPELINE.md recorded."""
+"""Builders for Alertmanager v4 webhook payloads, shaped like real Alertmanager notifications."""
 
 from __future__ import annotations
 

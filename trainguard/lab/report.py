@@ -77,8 +77,26 @@ def trial_markdown(trial: TrialResult, record: dict[str, Any] | None, png: Path 
         lines += ["", "## Audit record", "", "```"]
         lines += [f"{k}: {record.get(k)}" for k in keep]
         lines += ["attribution:"] + [f"  - {x}" for x in record.get("attribution", {}).get("explanation", [])]
+        lines += ["driven by:"] + [f"  - {x}" for x in driving_signals(record)]
         lines += ["```"]
     return "\n".join(lines) + "\n"
+
+
+HARD = ("infra_gpu", "infra_node", "node_lost")
+
+
+def driving_signals(record: dict[str, Any]) -> list[str]:
+    """The evidence on the implicated nodes that counts as hard (docs/decisions.md), node-level
+    signals (a kernel-log XID: no rank) first: one line each, what the demo says drove the decision."""
+    implicated = set(record.get("implicated_nodes") or [])
+    found = []
+    for item in record.get("evidence") or []:
+        labels = item.get("labels", {})
+        if labels.get("category") in HARD and labels.get("host") in implicated:
+            source = "kernel log, node level" if not labels.get("rank") else f"rank {labels['rank']}'s log"
+            line = f"{labels.get('alertname')} {labels.get('pattern', '')} on {labels.get('host')} ({source})"
+            found.append((bool(labels.get("rank")), line))
+    return [line for _, line in sorted(set(found))]
 
 
 def _s(value: float | None) -> str:

@@ -15,14 +15,16 @@ TRAINGUARD = str(Path(sys.executable).parent / "trainguard")
 
 
 class ServerProcess:
-    def __init__(self, db: Path, env: dict[str, str] | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, db: Path, env: dict[str, str] | None = None, port: int | None = None, args: list[str] | None = None
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = db.with_suffix(f".{self.port}.log")
         full_env = {**os.environ, **(env or {})}
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [TRAINGUARD, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--db", str(db)],
+                [TRAINGUARD, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--db", str(db), *(args or [])],
                 stdout=out, stderr=subprocess.STDOUT, env=full_env,
             )  # fmt: skip
         poll(self._ready, 20, what=f"trainguard serve on {self.url} (log {self.log})")
