@@ -107,7 +107,7 @@ def _serve(args: argparse.Namespace) -> int:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     log = logging.getLogger("trainguard")
-    store = SqliteStore(settings.db_path)
+    store = SqliteStore(settings.db_path, settings.store_busy_timeout_s)
     app = create_app(settings, store, scheduler, SystemClock(), registry=registry)
     modes = {name: app.state.services.engine.mode(name) for name in settings.clusters}
     log.info(

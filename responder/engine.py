@@ -35,6 +35,7 @@ from responder.policy import plan
 from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError
 from responder.settings import Settings
 from responder.store import AuditStore, IngestResult
+from responder.supervisor import LoopHealth, retry
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._actions: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
+        self.health = LoopHealth(clock, metrics.registry, settings.loop_stall_after_s)
         # Called with every audit record once written or updated (the Loki mirror, the console's live
         # view). A sink must return at once and never raise into the engine: it queues its work.
         self.sinks: list[Callable[[AuditRecord], None]] = []
@@ -72,6 +74,10 @@ class Engine:
                 sink(record)
             except Exception:
                 log.exception("audit sink %r failed for %s", sink, record.id)
+
+    def label(self, cluster: str) -> str:
+        """A metric's cluster label: configured clusters by name, any other (untrusted) value as ``other``."""
+        return cluster if cluster in self.settings.clusters else "other"
 
     # -- modes ----------------------------------------------------------------------------------
 
@@ -88,7 +94,7 @@ class Engine:
         now = self.clock.now()
         for cluster in self.store.tripped_clusters():
             is_open = breaker.is_open(self.store, cluster, now, self.settings.breaker)
-            self.metrics.breaker_open.labels(cluster).set(1 if is_open else 0)
+            self.metrics.breaker_open.labels(self.label(cluster)).set(1 if is_open else 0)
         self.metrics.open_incidents.set(self.store.open_incident_count())
 
     # -- ingest ---------------------------------------------------------------------------------
@@ -111,12 +117,12 @@ class Engine:
             m.detection_latency.observe(max(0.0, now - starts_at))
         for record in result.refusals:
             self._publish(record)
-            m.decisions.labels(record.cluster[:64], record.action, record.mode, record.outcome).inc()
+            m.decisions.labels(self.label(record.cluster), record.action, record.mode, record.outcome).inc()
             log.warning("refused alert: %s", record.reason)
         for incident_id in result.opened_incidents:
             incident = self.store.incident(incident_id)
             if incident is not None:
-                m.incidents.labels(incident.cluster).inc()
+                m.incidents.labels(self.label(incident.cluster)).inc()
         return result
 
     def _refusal(self, item: ClassifiedAlert, now: float) -> AuditRecord:
@@ -187,13 +193,14 @@ class Engine:
                     f"({', '.join(candidate.workloads)}) within {self.settings.ledger.drain_window_s / 3600:g}h"
                 )
                 records.append(base.record(Action.DRAIN_NODE, reason, (), drain_safety, node=candidate.node))
-        implicated = {h: verdict.scores[h] for h in verdict.implicated}
+        # A refused decision is evidence of nothing: its nodes never become exclusions or drain evidence.
+        implicated = {h: verdict.scores[h] for h in verdict.implicated} if safety.allowed else {}
         if not self.store.decide(incident, records, implicated, now):
             return []
-        self.metrics.breaker_open.labels(incident.cluster).set(1 if safety.tripped else 0)
+        self.metrics.breaker_open.labels(self.label(incident.cluster)).set(1 if safety.tripped else 0)
         for record in records:
             self._publish(record)
-            self.metrics.decisions.labels(record.cluster, record.action, record.mode, record.outcome).inc()
+            self.metrics.decisions.labels(self.label(record.cluster), record.action, record.mode, record.outcome).inc()
             if record.received_at is not None:
                 self.metrics.decision_latency.observe(max(0.0, record.decided_at - record.received_at))
             log.info(
@@ -245,7 +252,7 @@ class Engine:
     def _finish(self, record: AuditRecord) -> None:
         self.store.update_outcome(record)
         self._publish(record)
-        self.metrics.decisions.labels(record.cluster, record.action, record.mode, record.outcome).inc()
+        self.metrics.decisions.labels(self.label(record.cluster), record.action, record.mode, record.outcome).inc()
         if record.acted_at is not None:
             self.metrics.action_latency.observe(max(0.0, record.acted_at - record.decided_at))
         log.info("action %s %s/%s: %s (%s)", record.action, record.cluster, record.workload, record.outcome,
@@ -263,21 +270,27 @@ class Engine:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     async def run(self) -> None:
-        """Decide incidents as their windows close, until cancelled."""
+        """Decide incidents as their windows close, until cancelled; no storage fault ends it."""
         self._loop = asyncio.get_running_loop()
-        for record in await to_thread.run_sync(self.store.pending_records):
+        for record in await retry(self.health, "resuming pending actions", self._pending):
             self._spawn(record)
         while True:
-            deadline = await to_thread.run_sync(self.store.next_deadline)
-            delay = 1.0 if deadline is None else min(1.0, deadline - self.clock.now())
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
-                self._wake.clear()
-                continue
-            for record in await to_thread.run_sync(self.decide_due):
-                if record.outcome == Outcome.PENDING:
-                    self._spawn(record)
+            await retry(self.health, "a decision pass", self._pass)
+
+    async def _pending(self) -> list[AuditRecord]:
+        return await to_thread.run_sync(self.store.pending_records)
+
+    async def _pass(self) -> None:
+        deadline = await to_thread.run_sync(self.store.next_deadline)
+        delay = 1.0 if deadline is None else min(1.0, deadline - self.clock.now())
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            self._wake.clear()
+            return
+        for record in await to_thread.run_sync(self.decide_due):
+            if record.outcome == Outcome.PENDING:
+                self._spawn(record)
 
     def _spawn(self, record: AuditRecord) -> None:
         task = asyncio.create_task(self._act_async(record))

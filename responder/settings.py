@@ -59,6 +59,8 @@ class Settings(BaseSettings):
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)
     loki: LokiSettings | None = Field(None, description="mirror the audit trail to Loki or VictoriaLogs; none: off")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    store_busy_timeout_s: float = Field(2.0, gt=0, le=60, description="longest wait for the store; then 503")
+    loop_stall_after_s: float = Field(60.0, gt=0, description="/healthz fails after the loop fails this long")
 
     @field_validator("clusters")
     @classmethod

@@ -45,6 +45,7 @@ LAYERS: dict[str, str] = {
     "responder.enrichment": "adapter",
     "responder.settings": "config",
     "responder.engine": "engine",
+    "responder.supervisor": "engine",
     "responder": "edge",
     "trainguard": "edge",
     "exporters": "exporter",
