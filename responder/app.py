@@ -22,6 +22,7 @@ from responder.clock import Clock
 from responder.engine import Engine
 from responder.enrichment import PrometheusEnricher
 from responder.errors import ResponderError
+from responder.guard import Guard
 from responder.loki import LokiMirror
 from responder.metrics import ResponderMetrics
 from responder.model import Mode
@@ -65,6 +66,8 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={ResponderError: api.responder_error, HTTPException: api.http_error},  # type: ignore[dict-item]
     )
+    read_tokens = [t for t in (settings.read_secret(), svc.operator_token) if t] if settings.read_secret() else []
+    app.add_middleware(Guard, allowed_hosts=settings.allowed_hosts, read_tokens=read_tokens)
     app.state.services = svc
     return app
 

@@ -59,6 +59,11 @@ class Settings(BaseSettings):
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)
     loki: LokiSettings | None = Field(None, description="mirror the audit trail to Loki or VictoriaLogs; none: off")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Host names served besides IP literals and localhost ('*.x' allowed)"
+    )
+    read_token: SecretStr | None = Field(None, description="token the audit API and console then require")
+    read_token_file: Path | None = Field(None, description="file holding the read token")
     store_busy_timeout_s: float = Field(2.0, gt=0, le=60, description="longest wait for the store; then 503")
     loop_stall_after_s: float = Field(60.0, gt=0, description="/healthz fails after the loop fails this long")
 
@@ -96,6 +101,9 @@ class Settings(BaseSettings):
 
     def operator_secret(self) -> str | None:
         return _secret(self.operator_token, self.operator_token_file, "operator_token_file")
+
+    def read_secret(self) -> str | None:
+        return _secret(self.read_token, self.read_token_file, "read_token_file")
 
 
 def _secret(value: SecretStr | None, path: Path | None, key: str) -> str | None:

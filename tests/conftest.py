@@ -71,7 +71,7 @@ def make_responder(tmp_path: Path) -> Iterator[Callable[..., Responder]]:
         sched = scheduler or RecordingScheduler(outcome="done")
         registry = CollectorRegistry()
         app = create_app(config, store, sched, clock or SystemClock(), registry=registry)
-        client = TestClient(app, client=LOOPBACK)
+        client = TestClient(app, client=LOOPBACK, base_url="http://127.0.0.1")
         client.__enter__()
         opened.append((client, store))
         svc = app.state.services

@@ -277,7 +277,7 @@ def test_store_failure_is_a_503_so_alertmanager_resends(tmp_path: Path) -> None:
     store = FullDisk(tmp_path / "tg.db")
     app = create_app(Settings(db_path=tmp_path / "tg.db"), store, RecordingScheduler(), SystemClock(),
                      registry=CollectorRegistry())  # fmt: skip
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         response = client.post("/v1/alerts", json=nccl_storm_with_xid(ranks_per_host=1, hosts=2))
     store.close()
     assert response.status_code == 503
