@@ -23,6 +23,7 @@ from responder.engine import Engine
 from responder.enrichment import PrometheusEnricher
 from responder.errors import ResponderError
 from responder.guard import Guard
+from responder.housekeeping import retention_loop
 from responder.loki import LokiMirror
 from responder.metrics import ResponderMetrics
 from responder.model import Mode
@@ -78,9 +79,11 @@ async def _running(svc: Services) -> AsyncIterator[None]:
     if svc.mirror is not None:
         await run_in_threadpool(svc.mirror.start)
     svc.loop_task = asyncio.create_task(svc.engine.run(), name="trainguard-decisions")
+    pruning = asyncio.create_task(retention_loop(svc), name="trainguard-retention")
     try:
         yield
     finally:
+        pruning.cancel()
         svc.loop_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await svc.loop_task

@@ -23,6 +23,7 @@ from responder.loki import LokiSettings
 from responder.model import Mode
 from responder.policy import PolicySettings
 from responder.schedulers.router import SchedulerSettings
+from responder.store.retention import RetentionSettings
 from trainguard.identity import IdentityError, validate_cluster
 
 
@@ -64,6 +65,7 @@ class Settings(BaseSettings):
     )
     read_token: SecretStr | None = Field(None, description="token the audit API and console then require")
     read_token_file: Path | None = Field(None, description="file holding the read token")
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
     store_busy_timeout_s: float = Field(2.0, gt=0, le=60, description="longest wait for the store; then 503")
     loop_stall_after_s: float = Field(60.0, gt=0, description="/healthz fails after the loop fails this long")
 

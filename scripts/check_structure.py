@@ -40,6 +40,7 @@ LAYERS: dict[str, str] = {
     "responder.store": "domain",
     "responder.schedulers.base": "domain",
     "responder.store.sqlite": "adapter",
+    "responder.store.retention": "adapter",
     "responder.schedulers": "adapter",
     "responder.loki": "adapter",
     "responder.enrichment": "adapter",

@@ -105,5 +105,9 @@ CREATE TABLE IF NOT EXISTS breaker_trips (
     reason TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS reviews_record ON reviews (record_id);
+CREATE INDEX IF NOT EXISTS incidents_decided ON incidents (state, decided_at);
+CREATE INDEX IF NOT EXISTS alerts_unattached ON alerts (received_at) WHERE incident_id IS NULL;
+CREATE INDEX IF NOT EXISTS notifications_time ON notifications (received_at);
+CREATE INDEX IF NOT EXISTS implications_time ON implications (time);
 CREATE INDEX IF NOT EXISTS breaker_trips_cluster ON breaker_trips (cluster, time);
 """
