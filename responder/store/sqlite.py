@@ -45,6 +45,7 @@ class SqliteStore:
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._in_batch = False
         self.busy_timeout_s = busy_timeout_s
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=busy_timeout_s)
         self._db.row_factory = sqlite3.Row
@@ -71,8 +72,37 @@ class SqliteStore:
             self._lock.release()
 
     @contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction (one commit, one fsync) around many writes; each write inside is a savepoint."""
+        with self._locked() as db:
+            if self._in_batch:
+                yield
+                return
+            db.execute("BEGIN IMMEDIATE")
+            self._in_batch = True
+            try:
+                yield
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            finally:
+                self._in_batch = False
+            db.execute("COMMIT")
+
+    @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         with self._locked() as db:
+            if self._in_batch:  # inside batch(): this thread holds the lock and the transaction
+                db.execute("SAVEPOINT tx")
+                try:
+                    yield db
+                except BaseException:
+                    db.execute("ROLLBACK TO tx")
+                    db.execute("RELEASE tx")
+                    raise
+                db.execute("RELEASE tx")
+                return
             db.execute("BEGIN IMMEDIATE")
             try:
                 yield db
