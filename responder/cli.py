@@ -29,7 +29,8 @@ operator runs `trainguard mode CLUSTER act`. Works without a config file:
   trainguard serve --db /var/lib/trainguard/trainguard.db
 
 Secrets come from the environment or files, never flags: TRAINGUARD_WEBHOOK_TOKEN (or webhook_token_file
-in the config) for Alertmanager, TRAINGUARD_OPERATOR_TOKEN for mode changes and reviews. Any setting can
+in the config) for Alertmanager, TRAINGUARD_OPERATOR_TOKEN for mode changes and reviews,
+TRAINGUARD_READ_TOKEN for reads where read_token is set. Any setting can
 be overridden by TRAINGUARD_<KEY> (nested keys with __, e.g. TRAINGUARD_BREAKER__MAX_ACTIONS=10).
 See docs/configuration.md.
 """
@@ -132,11 +133,17 @@ def _operator_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+def _read_headers() -> dict[str, str]:
+    """The read token (TRAINGUARD_READ_TOKEN), else the operator token: reads may need one (read_token)."""
+    token = os.environ.get("TRAINGUARD_READ_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else _operator_headers()
+
+
 def _call(command: str, args: argparse.Namespace, send: Callable[[httpx.Client], httpx.Response]) -> Any:
     """The JSON body of one API call, or the exit code: 1 unreachable or a server error, 2 refused."""
     url = _base_url(args)
     try:
-        with httpx.Client(base_url=url, timeout=10) as client:
+        with httpx.Client(base_url=url, timeout=10, headers=_read_headers()) as client:
             response = send(client)
     except httpx.HTTPError as exc:
         print(f"trainguard {command}: cannot reach {url}: {exc}", file=sys.stderr)
