@@ -28,7 +28,7 @@ from responder import breaker, isolation
 from responder.alerts import ClassifiedAlert, Notification, classify
 from responder.attribution import Enricher, NoEnrichment, Verdict, attribute
 from responder.breaker import BreakerCheck
-from responder.clock import Clock
+from responder.clock import Clock, SystemClock
 from responder.metrics import ResponderMetrics
 from responder.model import Action, AuditRecord, FailureClass, Incident, Kind, Mode, Outcome, StoredAlert, new_id
 from responder.policy import plan
@@ -64,7 +64,8 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._actions: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
-        self.health = LoopHealth(clock, metrics.registry, settings.loop_stall_after_s)
+        # Wall-clock time, not the injected clock: a stall is real time without progress.
+        self.health = LoopHealth(SystemClock(), metrics.registry, settings.loop_stall_after_s)
         # Called with every audit record once written or updated (the Loki mirror, the console's live
         # view). A sink must return at once and never raise into the engine: it queues its work.
         self.sinks: list[Callable[[AuditRecord], None]] = []
