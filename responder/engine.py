@@ -26,7 +26,7 @@ from anyio import to_thread
 
 from responder import breaker, isolation
 from responder.alerts import ClassifiedAlert, Notification, classify
-from responder.attribution import Enricher, NoEnrichment, Verdict, attribute
+from responder.attribution import Context, Enricher, NoEnrichment, Verdict, attribute
 from responder.breaker import BreakerCheck
 from responder.clock import Clock, SystemClock
 from responder.metrics import ResponderMetrics
@@ -161,12 +161,14 @@ class Engine:
         due = self.store.due_incidents(self.clock.now())
         for start in range(0, len(due), DECIDE_BATCH):
             decided: list[tuple[Incident, list[AuditRecord], bool]] = []
-            # One commit (one fsync) per batch, and the lock held for one batch only; a record is
-            # announced (sinks, metrics) only once its batch is committed.
+            # Evidence and enrichment (Prometheus queries) first, outside the store's lock ...
+            prepared = {incident.id: self._prepare(incident) for incident in due[start : start + DECIDE_BATCH]}
+            # ... then one commit (one fsync) per batch, the lock held for the batch's local work only;
+            # a record is announced (sinks, metrics) only once its batch is committed.
             with self.store.batch():
                 for incident in due[start : start + DECIDE_BATCH]:
                     try:
-                        decided.append((incident, *self._decide(incident)))
+                        decided.append((incident, *self._decide(incident, prepared[incident.id])))
                     except Exception:
                         log.exception("deciding incident %s failed; retrying in %gs", incident.id, RETRY_DECISION_S)
                         self.store.postpone(incident.id, self.clock.now() + RETRY_DECISION_S)
@@ -182,9 +184,19 @@ class Engine:
         self._announce(incident, records, tripped)
         return records
 
-    def _decide(self, incident: Incident) -> tuple[list[AuditRecord], bool]:
-        alerts = self.store.incident_alerts(incident.id)
-        context = self.enricher.context(incident, alerts)
+    def _prepare(self, incident: Incident) -> tuple[list[StoredAlert], Context] | None:
+        """An incident's alerts and their enrichment; None (decided without) if reading them failed."""
+        try:
+            alerts = self.store.incident_alerts(incident.id)
+            return alerts, self.enricher.context(incident, alerts)
+        except Exception:
+            log.exception("preparing incident %s failed; it is read again while deciding", incident.id)
+            return None
+
+    def _decide(
+        self, incident: Incident, prepared: tuple[list[StoredAlert], Context] | None = None
+    ) -> tuple[list[AuditRecord], bool]:
+        alerts, context = prepared or self._prepare_now(incident)
         verdict = attribute(alerts, context)
         now = self.clock.now()
         cluster_settings = self.settings.cluster(incident.cluster)
@@ -215,6 +227,10 @@ class Engine:
         if not self.store.decide(incident, records, implicated, now):
             return [], False
         return records, safety.tripped
+
+    def _prepare_now(self, incident: Incident) -> tuple[list[StoredAlert], Context]:
+        alerts = self.store.incident_alerts(incident.id)
+        return alerts, self.enricher.context(incident, alerts)
 
     def _announce(self, incident: Incident, records: list[AuditRecord], tripped: bool) -> None:
         if not records:
