@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from responder.alerts import Notification
+from responder.alerts import Notification, parse_notification
 from responder.auth import operator_identity, read_capped, require_bearer
 from responder.clock import parse_rfc3339, rfc3339
 from responder.errors import BadRequest, NotFound, ResponderError, StoreUnavailable
@@ -47,15 +47,24 @@ class ReviewBody(BaseModel):
     note: str = Field("", max_length=2000)
 
 
-async def _notification(request: Request, svc: Services) -> Notification:
+OFF_LOOP_BYTES = 64 * 1024  # larger bodies are parsed in a worker thread, so /healthz never waits on them
+
+
+async def _notification(request: Request, svc: Services) -> tuple[Notification, list[dict[str, str]]]:
     require_bearer(request, svc.webhook_token, "the webhook")
     body = await read_capped(request, svc.settings.max_body_bytes)
+    if len(body) > OFF_LOOP_BYTES:
+        return await run_in_threadpool(_parse_notification, body)
+    return _parse_notification(body)
+
+
+def _parse_notification(body: bytes) -> tuple[Notification, list[dict[str, str]]]:
     try:
         payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"body is not JSON: {exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadRequest(f"body is not JSON (or nested too deep): {str(exc)[:200]}") from exc
     try:
-        return Notification.model_validate(payload)
+        return parse_notification(payload)
     except ValidationError as exc:
         raise BadRequest(_validation_detail(exc)) from exc
 
@@ -63,7 +72,7 @@ async def _notification(request: Request, svc: Services) -> Notification:
 async def post_alerts(request: Request) -> Response:
     svc = services(request)
     try:
-        notification = await _notification(request, svc)
+        notification, invalid = await _notification(request, svc)
     except ResponderError as exc:
         svc.metrics.notifications.labels(type(exc).__name__.lower()).inc()
         raise
@@ -74,6 +83,9 @@ async def post_alerts(request: Request) -> Response:
         log.exception("could not store a notification of %d alerts", len(notification.alerts))
         raise StoreUnavailable(str(exc)) from exc
     svc.metrics.notifications.labels("stored").inc()
+    if invalid:
+        svc.metrics.alerts.labels("invalid").inc(len(invalid))
+        log.warning("left out %d invalid alert(s) of a notification: %s", len(invalid), invalid[:5])
     if result.opened_incidents:
         svc.engine.wake()
     return JSONResponse(
@@ -87,6 +99,7 @@ async def post_alerts(request: Request) -> Response:
             "ignored": result.ignored,
             "resolved": result.resolved,
             "incidents_opened": list(result.opened_incidents),
+            "invalid": invalid,
         }
     )
 
@@ -190,7 +203,14 @@ async def list_clusters(request: Request) -> Response:
 
 
 async def healthz(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
+    """Alive, and the decision loop is passing: 503 once it has stalled or ended (docs/operations.md)."""
+    svc = services(request)
+    loop = svc.engine.health.status()
+    if svc.loop_task is not None and svc.loop_task.done():
+        return JSONResponse({"status": "decision loop ended", "loop": loop}, status_code=503)
+    if loop["stalled_for_s"]:
+        return JSONResponse({"status": "decision loop stalled", "loop": loop}, status_code=503)
+    return JSONResponse({"status": "ok", "loop": loop})
 
 
 async def readyz(request: Request) -> Response:

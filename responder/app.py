@@ -23,6 +23,8 @@ from responder.clock import Clock
 from responder.engine import Engine, precreate_failed
 from responder.enrichment import PrometheusEnricher
 from responder.errors import ResponderError
+from responder.guard import Guard
+from responder.housekeeping import retention_loop
 from responder.loki import LokiMirror
 from responder.metrics import ResponderMetrics
 from responder.model import Mode
@@ -79,6 +81,8 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={ResponderError: api.responder_error, HTTPException: api.http_error},  # type: ignore[dict-item]
     )
+    read_tokens = [t for t in (settings.read_secret(), svc.operator_token) if t] if settings.read_secret() else []
+    app.add_middleware(Guard, allowed_hosts=settings.allowed_hosts, read_tokens=read_tokens)
     app.state.services = svc
     app.state.signals = signals
     return app
@@ -90,9 +94,11 @@ async def _running(svc: Services) -> AsyncIterator[None]:
     if svc.mirror is not None:
         await run_in_threadpool(svc.mirror.start)
     svc.loop_task = asyncio.create_task(svc.engine.run(), name="trainguard-decisions")
+    pruning = asyncio.create_task(retention_loop(svc), name="trainguard-retention")
     try:
         yield
     finally:
+        pruning.cancel()
         svc.loop_task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await svc.loop_task

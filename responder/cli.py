@@ -30,7 +30,8 @@ operator runs `trainguard mode CLUSTER act`. Works without a config file:
   trainguard serve --db /var/lib/trainguard/trainguard.db
 
 Secrets come from the environment or files, never flags: TRAINGUARD_WEBHOOK_TOKEN (or webhook_token_file
-in the config) for Alertmanager, TRAINGUARD_OPERATOR_TOKEN for mode changes and reviews. Any setting can
+in the config) for Alertmanager, TRAINGUARD_OPERATOR_TOKEN for mode changes and reviews,
+TRAINGUARD_READ_TOKEN for reads where read_token is set. Any setting can
 be overridden by TRAINGUARD_<KEY> (nested keys with __, e.g. TRAINGUARD_BREAKER__MAX_ACTIONS=10).
 See docs/configuration.md.
 """
@@ -120,7 +121,7 @@ def _serve(args: argparse.Namespace) -> int:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     log = logging.getLogger("trainguard")
-    store = SqliteStore(settings.db_path)
+    store = SqliteStore(settings.db_path, settings.store_busy_timeout_s)
     app = create_app(settings, store, scheduler, SystemClock(), registry=registry)
     modes = {name: app.state.services.engine.mode(name) for name in settings.clusters}
     log.info(
@@ -148,11 +149,17 @@ def _operator_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+def _read_headers() -> dict[str, str]:
+    """The read token (TRAINGUARD_READ_TOKEN), else the operator token: reads may need one (read_token)."""
+    token = os.environ.get("TRAINGUARD_READ_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else _operator_headers()
+
+
 def _call(command: str, args: argparse.Namespace, send: Callable[[httpx.Client], httpx.Response]) -> Any:
     """The JSON body of one API call, or the exit code: 1 unreachable or a server error, 2 refused."""
     url = _base_url(args)
     try:
-        with httpx.Client(base_url=url, timeout=10) as client:
+        with httpx.Client(base_url=url, timeout=10, headers=_read_headers()) as client:
             response = send(client)
     except httpx.HTTPError as exc:
         print(f"trainguard {command}: cannot reach {url}: {exc}", file=sys.stderr)

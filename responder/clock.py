@@ -40,7 +40,12 @@ def format_rfc3339(moment: datetime | float, timespec: str = "milliseconds") -> 
 
 def rfc3339(ts: float | None) -> str | None:
     """RFC 3339 UTC with milliseconds, the form the API and audit records use; None stays None."""
-    return None if ts is None else format_rfc3339(ts)
+    if ts is None:
+        return None
+    try:
+        return format_rfc3339(ts)
+    except (OverflowError, OSError, ValueError):  # a time stored before the edge checked it: say so, don't fail
+        return f"unrepresentable ({ts!r})"
 
 
 def parse_rfc3339(value: str) -> float:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -28,15 +28,16 @@ from anyio import to_thread
 from responder import approval, breaker, isolation
 from responder.alerts import ClassifiedAlert, Notification, classify
 from responder.approval import ApprovalSettings
-from responder.attribution import Enricher, NoEnrichment, Verdict, attribute
+from responder.attribution import Context, Enricher, NoEnrichment, Verdict, attribute
 from responder.breaker import BreakerCheck, BreakerSettings
-from responder.clock import Clock
+from responder.clock import Clock, SystemClock
 from responder.isolation import LedgerSettings
 from responder.metrics import ResponderMetrics
 from responder.model import Action, AuditRecord, FailureClass, Incident, Kind, Mode, Outcome, StoredAlert, new_id
 from responder.policy import PolicySettings, plan
 from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError
 from responder.store import AuditStore, IngestResult, RecordQuery
+from responder.supervisor import LoopHealth, retry
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,10 @@ class EngineConfig(Protocol):
     def breaker(self) -> BreakerSettings: ...
     @property
     def ledger(self) -> LedgerSettings: ...
+    @property
+    def loop_stall_after_s(self) -> float: ...
+    @property
+    def clusters(self) -> Mapping[str, object]: ...
     def cluster(self, name: str) -> ClusterConfig: ...
 
 
@@ -77,6 +82,7 @@ def precreate_failed(metrics: ResponderMetrics, cluster: str) -> None:
 
 
 RETRY_DECISION_S = 5.0
+DECIDE_BATCH = 32  # incidents per commit: one fsync for many, the lock never held long
 
 
 class Engine:
@@ -99,6 +105,8 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._actions: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
+        # Wall-clock time, not the injected clock: a stall is real time without progress.
+        self.health = LoopHealth(SystemClock(), metrics.registry, settings.loop_stall_after_s)
         # Called with every audit record once written or updated (the Loki mirror, the console's live
         # view). A sink must return at once and never raise into the engine: it queues its work.
         self.sinks: list[Callable[[AuditRecord], None]] = []
@@ -109,6 +117,10 @@ class Engine:
                 sink(record)
             except Exception:
                 log.exception("audit sink %r failed for %s", sink, record.id)
+
+    def label(self, cluster: str) -> str:
+        """A metric's cluster label: configured clusters by name, any other (untrusted) value as ``other``."""
+        return cluster if cluster in self.settings.clusters else "other"
 
     # -- modes ----------------------------------------------------------------------------------
 
@@ -126,7 +138,7 @@ class Engine:
         now = self.clock.now()
         for cluster in self.store.tripped_clusters():
             is_open = breaker.is_open(self.store, cluster, now, self.settings.breaker)
-            self.metrics.breaker_open.labels(cluster).set(1 if is_open else 0)
+            self.metrics.breaker_open.labels(self.label(cluster)).set(1 if is_open else 0)
         self.metrics.open_incidents.set(self.store.open_incident_count())
 
     # -- ingest ---------------------------------------------------------------------------------
@@ -149,12 +161,12 @@ class Engine:
             m.detection_latency.observe(max(0.0, now - starts_at))
         for record in result.refusals:
             self._publish(record)
-            m.decisions.labels(record.cluster[:64], record.action, record.mode, record.outcome).inc()
+            m.decisions.labels(self.label(record.cluster), record.action, record.mode, record.outcome).inc()
             log.warning("refused alert: %s", record.reason)
         for incident_id in result.opened_incidents:
             incident = self.store.incident(incident_id)
             if incident is not None:
-                m.incidents.labels(incident.cluster).inc()
+                m.incidents.labels(self.label(incident.cluster)).inc()
         return result
 
     def _refusal(self, item: ClassifiedAlert, now: float) -> AuditRecord:
@@ -188,18 +200,45 @@ class Engine:
     def decide_due(self) -> list[AuditRecord]:
         """Decide every incident whose window has closed; returns the records written."""
         written: list[AuditRecord] = []
-        for incident in self.store.due_incidents(self.clock.now()):
-            try:
-                written.extend(self.decide(incident))
-            except Exception:
-                log.exception("deciding incident %s failed; retrying in %gs", incident.id, RETRY_DECISION_S)
-                self.store.postpone(incident.id, self.clock.now() + RETRY_DECISION_S)
+        due = self.store.due_incidents(self.clock.now())
+        for start in range(0, len(due), DECIDE_BATCH):
+            decided: list[tuple[Incident, list[AuditRecord], bool]] = []
+            # Evidence and enrichment (Prometheus queries) first, outside the store's lock ...
+            prepared = {incident.id: self._prepare(incident) for incident in due[start : start + DECIDE_BATCH]}
+            # ... then one commit (one fsync) per batch, the lock held for the batch's local work only;
+            # a record is announced (sinks, metrics) only once its batch is committed.
+            with self.store.batch():
+                for incident in due[start : start + DECIDE_BATCH]:
+                    try:
+                        decided.append((incident, *self._decide(incident, prepared[incident.id])))
+                    except Exception:
+                        log.exception("deciding incident %s failed; retrying in %gs", incident.id, RETRY_DECISION_S)
+                        self.store.postpone(incident.id, self.clock.now() + RETRY_DECISION_S)
+            for incident, records, tripped in decided:
+                self._announce(incident, records, tripped)
+                written.extend(records)
         self.metrics.open_incidents.set(self.store.open_incident_count())
         return written
 
     def decide(self, incident: Incident) -> list[AuditRecord]:
-        alerts = self.store.incident_alerts(incident.id)
-        context = self.enricher.context(incident, alerts)
+        """Decide one incident now (committed, then announced); [] if it was decided already."""
+        records, tripped = self._decide(incident)
+        self._announce(incident, records, tripped)
+        return records
+
+    def _prepare(self, incident: Incident) -> tuple[list[StoredAlert], Context] | None:
+        """An incident's alerts and their enrichment; None (decided without) if reading them failed."""
+        try:
+            alerts = self.store.incident_alerts(incident.id)
+            return alerts, self.enricher.context(incident, alerts)
+        except Exception:
+            log.exception("preparing incident %s failed; it is read again while deciding", incident.id)
+            return None
+
+    def _decide(
+        self, incident: Incident, prepared: tuple[list[StoredAlert], Context] | None = None
+    ) -> tuple[list[AuditRecord], bool]:
+        alerts, context = prepared or self._prepare_now(incident)
         verdict = attribute(alerts, context)
         now = self.clock.now()
         cluster_settings = self.settings.cluster(incident.cluster)
@@ -227,13 +266,23 @@ class Engine:
                 records.append(base.record(Action.DRAIN_NODE, reason, (), drain_safety, node=candidate.node))
         if mode == Mode.APPROVE:
             records = [approval.gate(r, cluster_settings.approval, now) for r in records]
-        implicated = {h: verdict.scores[h] for h in verdict.implicated}
+        # A refused decision is evidence of nothing: its nodes never become exclusions or drain evidence.
+        implicated = {h: verdict.scores[h] for h in verdict.implicated} if safety.allowed else {}
         if not self.store.decide(incident, records, implicated, now):
-            return []
-        self.metrics.breaker_open.labels(incident.cluster).set(1 if safety.tripped else 0)
+            return [], False
+        return records, safety.tripped
+
+    def _prepare_now(self, incident: Incident) -> tuple[list[StoredAlert], Context]:
+        alerts = self.store.incident_alerts(incident.id)
+        return alerts, self.enricher.context(incident, alerts)
+
+    def _announce(self, incident: Incident, records: list[AuditRecord], tripped: bool) -> None:
+        if not records:
+            return
+        self.metrics.breaker_open.labels(self.label(incident.cluster)).set(1 if tripped else 0)
         for record in records:
             self._publish(record)
-            self.metrics.decisions.labels(record.cluster, record.action, record.mode, record.outcome).inc()
+            self.metrics.decisions.labels(self.label(record.cluster), record.action, record.mode, record.outcome).inc()
             if record.received_at is not None:
                 self.metrics.decision_latency.observe(max(0.0, record.decided_at - record.received_at))
             log.info(
@@ -241,7 +290,6 @@ class Engine:
                 record.id, record.mode, record.cluster, record.workload, record.attempt, record.action,
                 record.outcome, record.reason,
             )  # fmt: skip
-        return records
 
     def _check(
         self, cluster: str, mode: Mode, now: float, new_nodes: frozenset[str], counts_action: bool
@@ -285,7 +333,7 @@ class Engine:
     def _finish(self, record: AuditRecord) -> None:
         self.store.update_outcome(record)
         self._publish(record)
-        self.metrics.decisions.labels(record.cluster, record.action, record.mode, record.outcome).inc()
+        self.metrics.decisions.labels(self.label(record.cluster), record.action, record.mode, record.outcome).inc()
         if record.acted_at is not None:
             self.metrics.action_latency.observe(max(0.0, record.acted_at - record.decided_at))
         if record.outcome == Outcome.FAILED:
@@ -346,22 +394,28 @@ class Engine:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     async def run(self) -> None:
-        """Decide incidents as their windows close, until cancelled."""
+        """Decide incidents as their windows close, until cancelled; no storage fault ends it."""
         self._loop = asyncio.get_running_loop()
-        for record in await to_thread.run_sync(self.store.pending_records):
+        for record in await retry(self.health, "resuming pending actions", self._pending):
             self._spawn(record)
         while True:
-            await to_thread.run_sync(self.expire_due)  # approve mode's waits, checked every second at most
-            deadline = await to_thread.run_sync(self.store.next_deadline)
-            delay = 1.0 if deadline is None else min(1.0, deadline - self.clock.now())
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=delay)
-                self._wake.clear()
-                continue
-            for record in await to_thread.run_sync(self.decide_due):
-                if record.outcome == Outcome.PENDING:
-                    self._spawn(record)
+            await retry(self.health, "a decision pass", self._pass)
+
+    async def _pending(self) -> list[AuditRecord]:
+        return await to_thread.run_sync(self.store.pending_records)
+
+    async def _pass(self) -> None:
+        await to_thread.run_sync(self.expire_due)  # approve mode's waits, checked every second at most
+        deadline = await to_thread.run_sync(self.store.next_deadline)
+        delay = 1.0 if deadline is None else min(1.0, deadline - self.clock.now())
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            self._wake.clear()
+            return
+        for record in await to_thread.run_sync(self.decide_due):
+            if record.outcome == Outcome.PENDING:
+                self._spawn(record)
 
     def _spawn(self, record: AuditRecord) -> None:
         task = asyncio.create_task(self._act_async(record))

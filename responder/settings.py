@@ -25,6 +25,7 @@ from responder.loki import LokiSettings
 from responder.model import Mode
 from responder.policy import PolicySettings
 from responder.schedulers.router import SchedulerSettings
+from responder.store.retention import RetentionSettings
 from trainguard.identity import IdentityError, validate_cluster
 
 
@@ -66,6 +67,14 @@ class Settings(BaseSettings):
     loki: LokiSettings | None = Field(None, description="mirror the audit trail to Loki or VictoriaLogs; none: off")
     alertmanager: AlertmanagerSettings | None = Field(None, description="post own alerts and silences; none: off")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Host names served besides IP literals and localhost ('*.x' allowed)"
+    )
+    read_token: SecretStr | None = Field(None, description="token the audit API and console then require")
+    read_token_file: Path | None = Field(None, description="file holding the read token")
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    store_busy_timeout_s: float = Field(2.0, gt=0, le=60, description="longest wait for the store; then 503")
+    loop_stall_after_s: float = Field(60.0, gt=0, description="/healthz fails after the loop fails this long")
 
     @field_validator("clusters")
     @classmethod
@@ -101,6 +110,9 @@ class Settings(BaseSettings):
 
     def operator_secret(self) -> str | None:
         return _secret(self.operator_token, self.operator_token_file, "operator_token_file")
+
+    def read_secret(self) -> str | None:
+        return _secret(self.read_token, self.read_token_file, "read_token_file")
 
 
 def _secret(value: SecretStr | None, path: Path | None, key: str) -> str | None:

@@ -68,11 +68,11 @@ def make_responder(tmp_path: Path) -> Iterator[Callable[..., Responder]]:
         values: dict[str, Any] = {"correlation_window_s": 0.2, "db_path": tmp_path / "trainguard.db"}
         values.update(settings)
         config = Settings(**values)
-        store = SqliteStore(config.db_path)
+        store = SqliteStore(config.db_path, config.store_busy_timeout_s)
         sched = scheduler or RecordingScheduler(outcome="done")
         registry = CollectorRegistry()
         app = create_app(config, store, sched, clock or SystemClock(), registry=registry)
-        client = TestClient(app, client=LOOPBACK)
+        client = TestClient(app, client=LOOPBACK, base_url="http://127.0.0.1")
         client.__enter__()
         opened.append((client, store))
         svc = app.state.services

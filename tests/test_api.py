@@ -230,8 +230,9 @@ def test_recommendations_and_reviews_feed_precision(responder: Responder) -> Non
     assert bad.status_code == 400
 
 
-def test_health_ready_and_metrics(responder: Responder) -> None:
-    assert responder.client.get("/healthz").json() == {"status": "ok"}
+def test_health_ready_and_metrics(make_responder: Callable[..., Responder]) -> None:
+    responder = make_responder(clusters={"lab": {}})  # metrics name configured clusters only
+    assert responder.client.get("/healthz").json()["status"] == "ok"
     assert responder.client.get("/readyz").status_code == 200
     responder.post(nccl_storm_with_xid(ranks_per_host=1, hosts=2))
     responder.wait_decisions()
@@ -278,7 +279,7 @@ def test_store_failure_is_a_503_so_alertmanager_resends(tmp_path: Path) -> None:
     store = FullDisk(tmp_path / "tg.db")
     app = create_app(Settings(db_path=tmp_path / "tg.db"), store, RecordingScheduler(), SystemClock(),
                      registry=CollectorRegistry())  # fmt: skip
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         response = client.post("/v1/alerts", json=nccl_storm_with_xid(ranks_per_host=1, hosts=2))
     store.close()
     assert response.status_code == 503

@@ -69,7 +69,9 @@ class Console:
 def console(tmp_path: Path) -> Iterator[Console]:
     settings = lab_settings(tmp_path / "trainguard.db", operator_token=OPERATOR_TOKEN)
     store = SqliteStore(settings.db_path)
-    with TestClient(console_app(settings, store), follow_redirects=False, client=LOOPBACK) as client:
+    with TestClient(
+        console_app(settings, store), follow_redirects=False, client=LOOPBACK, base_url="http://127.0.0.1"
+    ) as client:
         c = Console(client, store)
 
         def decisions() -> list[dict[str, Any]]:
@@ -168,7 +170,7 @@ def test_switch_with_token_changes_the_mode_and_says_so(console: Console) -> Non
     response = console.client.post(
         "/console/clusters/lab/mode",
         data=form,
-        headers={"origin": "http://testserver", "sec-fetch-site": "same-origin"},
+        headers={"origin": "http://127.0.0.1", "sec-fetch-site": "same-origin"},
     )
     assert response.status_code == 303
     assert response.headers["location"].startswith("/console?changed=lab")
@@ -195,7 +197,9 @@ def test_without_operator_token_the_loopback_rule_applies(tmp_path: Path) -> Non
     settings = lab_settings(tmp_path / "trainguard.db")
     store = SqliteStore(settings.db_path)
     try:
-        with TestClient(console_app(settings, store), follow_redirects=False, client=LOOPBACK) as client:
+        with TestClient(
+            console_app(settings, store), follow_redirects=False, client=LOOPBACK, base_url="http://127.0.0.1"
+        ) as client:
             page = client.get("/console").text
             assert 'name="token"' not in page
             assert "loopback" in page

@@ -56,7 +56,7 @@ def test_an_xid_alert_ends_in_a_verified_restart_away_from_the_node(
         alert("TrainguardNcclTimeout", "collective_timeout", host=h, rank=r, pattern="nccl_watchdog_timeout", **labels)
         for h, r in (("gpu-1", "0"), ("gpu-2", "1"))
     ]
-    with TestClient(app, client=LOOPBACK) as client:
+    with TestClient(app, client=LOOPBACK, base_url="http://127.0.0.1") as client:
         assert client.post("/v1/alerts", json=notification(alerts)).status_code == 200
 
         def done() -> list[dict[str, Any]]:

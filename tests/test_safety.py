@@ -41,7 +41,11 @@ class Harness:
 
 
 def test_correlated_failures_trip_the_breaker_then_it_closes(tmp_path: Path) -> None:
-    h = Harness(tmp_path, breaker=BreakerSettings(correlated_workloads=3, correlated_window_s=60, cooldown_s=300))
+    h = Harness(
+        tmp_path,
+        breaker=BreakerSettings(correlated_workloads=3, correlated_window_s=60, cooldown_s=300),
+        clusters={"lab": ClusterSettings()},  # metrics name configured clusters only
+    )
     assert h.fault("101", "n1")[0].outcome == "planned"
     assert h.fault("102", "n2")[0].outcome == "planned"
     [third] = h.fault("103", "n3")

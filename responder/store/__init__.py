@@ -14,6 +14,7 @@ app's view).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -63,6 +64,7 @@ class IncidentStore(Protocol):
         self, incident: Incident, records: Sequence[AuditRecord], implicated: dict[str, float], now: float
     ) -> bool: ...
     def open_incident_count(self) -> int: ...
+    def batch(self) -> AbstractContextManager[None]: ...
 
 
 class RecordStore(Protocol):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
@@ -27,140 +28,93 @@ from pydantic_core import to_json
 from responder.alerts import ClassifiedAlert, Notification
 from responder.model import AuditRecord, Incident, StoredAlert, new_id
 from responder.store import IngestResult, RecordQuery
-
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS notifications (
-    id INTEGER PRIMARY KEY,
-    received_at REAL NOT NULL,
-    group_key TEXT NOT NULL,
-    receiver TEXT NOT NULL,
-    status TEXT NOT NULL,
-    alerts INTEGER NOT NULL,
-    new_alerts INTEGER NOT NULL,
-    truncated INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS alerts (
-    id INTEGER PRIMARY KEY,
-    fingerprint TEXT NOT NULL,
-    starts_at TEXT NOT NULL,
-    status TEXT NOT NULL,
-    starts_at_ts REAL NOT NULL,
-    received_at REAL NOT NULL,
-    notification_id INTEGER NOT NULL,
-    disposition TEXT NOT NULL,
-    reason TEXT NOT NULL,
-    cluster TEXT,
-    workload TEXT,
-    attempt TEXT,
-    labels TEXT NOT NULL,
-    annotations TEXT NOT NULL,
-    incident_id TEXT,
-    UNIQUE (fingerprint, starts_at, status)
-);
-CREATE INDEX IF NOT EXISTS alerts_incident ON alerts (incident_id);
-CREATE TABLE IF NOT EXISTS incidents (
-    id TEXT PRIMARY KEY,
-    cluster TEXT NOT NULL,
-    workload TEXT NOT NULL,
-    scheduler TEXT,
-    attempt TEXT NOT NULL,
-    state TEXT NOT NULL,
-    opened_at REAL NOT NULL,
-    deadline REAL NOT NULL,
-    decided_at REAL,
-    UNIQUE (cluster, workload, attempt)
-);
-CREATE INDEX IF NOT EXISTS incidents_open ON incidents (state, deadline);
-CREATE INDEX IF NOT EXISTS incidents_cluster_time ON incidents (cluster, opened_at);
-CREATE TABLE IF NOT EXISTS records (
-    id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL,
-    time REAL NOT NULL,
-    cluster TEXT NOT NULL,
-    workload TEXT NOT NULL,
-    incident_id TEXT,
-    action TEXT NOT NULL,
-    mode TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    node TEXT NOT NULL DEFAULT '',
-    body TEXT NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS records_once ON records (incident_id, kind, action, node)
-    WHERE incident_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS records_time ON records (time);
-CREATE INDEX IF NOT EXISTS records_cluster ON records (cluster, time);
-CREATE TABLE IF NOT EXISTS implications (
-    cluster TEXT NOT NULL,
-    node TEXT NOT NULL,
-    workload TEXT NOT NULL,
-    attempt TEXT NOT NULL,
-    incident_id TEXT NOT NULL,
-    time REAL NOT NULL,
-    weight REAL NOT NULL,
-    UNIQUE (incident_id, node)
-);
-CREATE INDEX IF NOT EXISTS implications_node ON implications (cluster, node, time);
-CREATE INDEX IF NOT EXISTS implications_workload ON implications (cluster, workload);
-CREATE TABLE IF NOT EXISTS modes (
-    cluster TEXT PRIMARY KEY,
-    mode TEXT NOT NULL,
-    changed_at REAL NOT NULL,
-    changed_by TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS reviews (
-    id INTEGER PRIMARY KEY,
-    record_id TEXT NOT NULL,
-    verdict TEXT NOT NULL,
-    note TEXT NOT NULL,
-    time REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS breaker_trips (
-    cluster TEXT NOT NULL,
-    time REAL NOT NULL,
-    reason TEXT NOT NULL
-);
-"""
+from responder.store.schema import SCHEMA, SCHEMA_VERSION
 
 _RECORD_FIELDS = tuple(f.name for f in fields(AuditRecord))
 
 
 class SqliteStore:
-    """Every store of ``responder.store`` on one SQLite file. Thread-safe: one connection behind a lock."""
+    """Every store of ``responder.store`` on one SQLite file. Thread-safe: one connection behind a lock.
 
-    def __init__(self, path: Path | str) -> None:
+    ``busy_timeout_s`` bounds every wait, for SQLite's file lock and for this object's own lock: a store
+    that cannot write raises within it (the webhook answers 503 and Alertmanager retries) and never hangs.
+    """
+
+    def __init__(self, path: Path | str, busy_timeout_s: float = 2.0) -> None:
         self.path = Path(path)
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30)
+        self._in_batch = False
+        self.busy_timeout_s = busy_timeout_s
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=busy_timeout_s)
         self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new file (retention frees pages)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(SCHEMA)
         row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if row is None:
             self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         elif int(row[0]) > SCHEMA_VERSION:
             raise RuntimeError(f"{path}: schema version {row[0]} is newer than this trainguard ({SCHEMA_VERSION})")
+        elif int(row[0]) < SCHEMA_VERSION:  # every migration so far only adds indexes (the script above)
+            self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+
+    @contextmanager
+    def _locked(self) -> Iterator[sqlite3.Connection]:
+        if not self._lock.acquire(timeout=self.busy_timeout_s):
+            raise sqlite3.OperationalError(f"store busy: no turn within {self.busy_timeout_s:g}s")
+        try:
+            yield self._db
+        finally:
+            self._lock.release()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction (one commit, one fsync) around many writes; each write inside is a savepoint."""
+        with self._locked() as db:
+            if self._in_batch:
+                yield
+                return
+            db.execute("BEGIN IMMEDIATE")
+            self._in_batch = True
+            try:
+                yield
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            finally:
+                self._in_batch = False
+            db.execute("COMMIT")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+        with self._locked() as db:
+            if self._in_batch:  # inside batch(): this thread holds the lock and the transaction
+                db.execute("SAVEPOINT tx")
+                try:
+                    yield db
+                except BaseException:
+                    db.execute("ROLLBACK TO tx")
+                    db.execute("RELEASE tx")
+                    raise
+                db.execute("RELEASE tx")
+                return
+            db.execute("BEGIN IMMEDIATE")
             try:
-                yield self._db
+                yield db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if db.in_transaction:  # a failed COMMIT (disk full) may have rolled back already
+                    db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
+            db.execute("COMMIT")
 
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._db.execute(sql, tuple(params)).fetchall()
+        with self._locked() as db:
+            return db.execute(sql, tuple(params)).fetchall()
 
     # -- ingest ---------------------------------------------------------------------------------
 
@@ -478,7 +432,9 @@ class SqliteStore:
         return int(self._query("SELECT COUNT(*) FROM incidents WHERE state='open'")[0][0])
 
     def ping(self) -> None:
-        self._query("SELECT 1")
+        """Raises unless the store can commit a write now (a read-only or full store is not ready)."""
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('ping', ?)", (str(time.time()),))
 
     def close(self) -> None:
         with self._lock:

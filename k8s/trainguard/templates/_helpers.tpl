@@ -71,6 +71,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- $_ := set $clusters $name $c -}}
 {{- end -}}
+{{- $name := include "trainguard.fullname" . -}}
 {{- $config := dict
   "host" "0.0.0.0"
   "port" (int .Values.responder.port)
@@ -79,7 +80,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   "operator_token_file" "/etc/trainguard/tokens/operator-token"
   "default_mode" .Values.responder.defaultMode
   "log_level" .Values.responder.logLevel
-  "clusters" $clusters -}}
+  "clusters" $clusters
+  "allowed_hosts" (list $name (printf "%s.%s" $name .Release.Namespace) (printf "%s.%s.svc" $name .Release.Namespace) (printf "%s.%s.svc.cluster.local" $name .Release.Namespace)) -}}
 {{- if .Values.responder.prometheusUrl -}}
 {{- $_ := set $config "prometheus_url" .Values.responder.prometheusUrl -}}
 {{- end -}}
