@@ -1,0 +1,153 @@
+"""Localization by restarts: adaptive group testing when evidence names a set of nodes, not one.
+
+When every rank times out together, a hang has no laggard, or network errors come from several hosts,
+attribution cannot name the culprit. Each restart is then an experiment: the next attempt runs without
+a subset of the suspects, chosen so that its outcome (fails again, or runs clean) says the most about
+which node is bad. The belief is Bayesian over "node *n* is the culprit" plus "no node is" (the fault
+was transient or elsewhere), with the likelihoods in ``LocalizeSettings`` (decisions.md says how to
+tune them). A node whose posterior reaches ``blame_at`` is blamed and stays excluded; the search then
+goes on over the rest if the job still fails (a second bad node). Every step returns a sentence for
+the audit record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NONE = ""  # the hypothesis "no node is at fault"
+
+
+class LocalizeSettings(BaseModel):
+    """Restarts as experiments; per cluster, under ``policy``. ``enabled: false`` turns it off."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(True, description="split the suspects across restarts when evidence names no single node")
+    spare_nodes: int = Field(4, ge=0, description="most nodes excluded from one workload at once (the budget)")
+    min_nodes: int = Field(1, ge=1, description="smallest allocation the workload can run on")
+    fail_if_present: float = Field(0.8, gt=0, lt=1, description="P(an attempt fails | the culprit is in it)")
+    fail_if_absent: float = Field(0.1, gt=0, lt=1, description="P(an attempt fails | no culprit in it)")
+    prior_none: float = Field(0.1, gt=0, lt=1, description="prior that no node is at fault")
+    suspect_weight: float = Field(8.0, ge=1, description="prior odds of a node the evidence named vs one it did not")
+    blame_at: float = Field(0.9, gt=0.5, lt=1, description="posterior at which one node is blamed")
+
+
+@dataclass(frozen=True, slots=True)
+class Belief:
+    """Posterior over the culprit: node -> probability, ``NONE`` -> no culprit; sums to 1."""
+
+    posterior: dict[str, float]
+    blamed: tuple[str, ...] = ()  # nodes blamed so far, excluded for good
+    steps: tuple[str, ...] = field(default=())  # one sentence per update, for the audit record
+
+    def top(self) -> tuple[str, float]:
+        node = max((n for n in self.posterior if n != NONE), key=lambda n: (self.posterior[n], n), default=NONE)
+        return node, self.posterior.get(node, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """One experiment: the nodes the next attempt runs without, and why."""
+
+    excluded: tuple[str, ...]
+    reason: str
+    gain_bits: float
+
+
+def start(
+    nodes: Collection[str], suspects: Collection[str], settings: LocalizeSettings,
+    priors: Mapping[str, float] | None = None,
+) -> Belief:  # fmt: skip
+    """The prior: each node's suspicion (``priors``, e.g. from the ledger) times ``suspect_weight`` if named."""
+    if not nodes:
+        raise ValueError("localization needs the workload's nodes")
+    weights = {n: (priors or {}).get(n, 1.0) * (settings.suspect_weight if n in suspects else 1.0) for n in nodes}
+    total = sum(weights.values())
+    posterior = {n: (1 - settings.prior_none) * w / total for n, w in weights.items()}
+    posterior[NONE] = settings.prior_none
+    named = ", ".join(sorted(set(suspects) & set(nodes))) or "none"
+    return Belief(posterior, steps=(f"start: {len(nodes)} node(s), suspects named by the evidence: {named}",))
+
+
+def observe(belief: Belief, ran_on: Collection[str], failed: bool, settings: LocalizeSettings) -> Belief:
+    """Bayes' rule on one attempt's outcome: it ran on ``ran_on`` and failed again, or ran clean."""
+    on = set(ran_on)
+    p_in, p_out = settings.fail_if_present, settings.fail_if_absent
+    like = {True: (p_in, p_out), False: (1 - p_in, 1 - p_out)}[failed]
+    raw = {n: p * (like[0] if n in on and n != NONE else like[1]) for n, p in belief.posterior.items()}
+    posterior = _normalise(raw)
+    node, p = max(((n, q) for n, q in posterior.items() if n != NONE), key=lambda x: x[1], default=(NONE, 0.0))
+    what = "failed again" if failed else "ran clean"
+    step = f"attempt on {len(on)} node(s) {what}: most suspect {node or 'none'} at {p:.2f}, none {posterior[NONE]:.2f}"
+    return Belief(posterior, belief.blamed, (*belief.steps, step))
+
+
+def weigh(belief: Belief, ratios: Mapping[str, float], why: str) -> Belief:
+    """Noisy evidence as per-node likelihood ratios (P(signal | culprit) / P(signal | not culprit))."""
+    raw = {n: p * (ratios.get(n, 1.0) if n != NONE else 1.0) for n, p in belief.posterior.items()}
+    return Belief(_normalise(raw), belief.blamed, (*belief.steps, why))
+
+
+def conclude(belief: Belief, settings: LocalizeSettings) -> tuple[Belief, str | None]:
+    """Blame the top node once it reaches ``blame_at``; the search restarts over the others."""
+    node, p = belief.top()
+    if node == NONE or p < settings.blame_at:
+        return belief, None
+    rest = {n: q for n, q in belief.posterior.items() if n != node}
+    # What the attempts said about the others is kept; only the culprit's share is given back, to "none"
+    # mostly (the failures are explained) and evenly to the rest as the prior of a second bad node.
+    rest[NONE] = rest.get(NONE, 0.0) + p * (1 - settings.prior_none)
+    others = [n for n in rest if n != NONE]
+    for n in others:
+        rest[n] += p * settings.prior_none / len(others)
+    step = f"blame {node}: posterior {p:.2f} >= {settings.blame_at:g}; excluded for good"
+    return Belief(_normalise(rest), (*belief.blamed, node), (*belief.steps, step)), node
+
+
+def choose(belief: Belief, nodes: Collection[str], settings: LocalizeSettings) -> Split:
+    """The exclusion that maximises the expected information of the next attempt's outcome.
+
+    Candidates are the most suspect nodes first (the blamed ones always excluded), as many as the
+    spare-node budget and the workload's minimum size allow.
+    """
+    blamed = [n for n in belief.blamed if n in nodes]
+    room = min(settings.spare_nodes, len(nodes) - settings.min_nodes) - len(blamed)
+    ranked = sorted((n for n in nodes if n not in blamed), key=lambda n: (-belief.posterior.get(n, 0.0), n))
+    best, best_gain = 0, -1.0
+    for k in range(max(0, min(room, len(ranked) - 1)) + 1):
+        gain = _gain(belief, set(ranked[:k]), settings)
+        if gain > best_gain + 1e-12:
+            best, best_gain = k, gain
+    out = tuple(ranked[:best])
+    mass = sum(belief.posterior.get(n, 0.0) for n in out)
+    if not out:
+        reason = "no experiment: " + ("no spare nodes left in the budget" if room <= 0 else "nothing to split")
+    else:
+        reason = (
+            f"run without {', '.join(out)} (suspicion {mass:.2f} of the total, budget {settings.spare_nodes}, "
+            f"min size {settings.min_nodes}): expected {best_gain:.2f} bit(s) from the outcome"
+        )
+    return Split((*blamed, *out), reason, max(best_gain, 0.0))
+
+
+def _gain(belief: Belief, excluded: set[str], settings: LocalizeSettings) -> float:
+    """Mutual information between the culprit and the outcome of an attempt without ``excluded``."""
+    p_in, p_out = settings.fail_if_present, settings.fail_if_absent
+    present = sum(p for n, p in belief.posterior.items() if n != NONE and n not in excluded and n not in belief.blamed)
+    p_fail = present * p_in + (1 - present) * p_out
+    return _h(p_fail) - present * _h(p_in) - (1 - present) * _h(p_out)
+
+
+def _h(p: float) -> float:
+    return 0.0 if p <= 0 or p >= 1 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+
+
+def _normalise(raw: Mapping[str, float]) -> dict[str, float]:
+    total = sum(raw.values())
+    if total <= 0:
+        raise ValueError("the evidence rules out every hypothesis")
+    return {n: p / total for n, p in raw.items()}
