@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from responder import goodput
 from trainguard.lab.faults import (
     CORPUS_PREFIX,
     FAULTS,
@@ -78,8 +79,28 @@ def aggregate(trials: list[TrialResult]) -> dict[str, Any]:
         "fault_trials": len(faults),
         "false_actions_healthy": sum(t.decisions for t in trials if t.fault == "healthy"),
         "healthy_trials": sum(t.fault == "healthy" for t in trials),
+        "goodput": goodput_summary(faults),
     }
     return out
+
+
+def goodput_summary(faults: list[TrialResult]) -> dict[str, Any]:
+    """Goodput lost per incident (fault -> productive again, plus the work since the checkpoint) and
+    ETTR over the trials' observed spans (training before the fault through productive again)."""
+    costs = [(t, goodput.incident(t.fault, 0.0, t.productive_s, t.step_at_fault, t.checkpoint_step, t.step_s))
+             for t in faults]  # fmt: skip
+    spanned = [(t, g) for t, g in costs if t.trained_s is not None and g.lost_s is not None]
+    span = sum((t.trained_s or 0.0) + (t.productive_s or 0.0) for t, _ in spanned)
+    ratio = goodput.ettr(span, [g for _, g in spanned]) if span > 0 else None
+    return {
+        "ettr": None if ratio is None else round(ratio, 3),
+        "span_s": round(span, 1),
+        "goodput_lost_s": summarise([g.lost_s for _, g in costs if g.lost_s is not None]),
+        "time_lost_s": summarise([g.time_lost_s for _, g in costs if g.time_lost_s is not None]),
+        "work_lost_s": summarise([g.work_lost_s for _, g in costs if g.work_lost_s is not None]),
+        "lost_by_cause_s": {k: round(v, 1) for k, v in goodput.lost_by_cause(g for _, g in costs).items()},
+        "attempts": sum(g.attempts for _, g in costs),
+    }
 
 
 def per_class(trials: list[TrialResult]) -> dict[str, Any]:
@@ -130,12 +151,13 @@ def markdown(result: dict[str, Any], png: Path | None) -> str:
         return "—" if not stat else f"{stat['median']:.2f} / {stat['p95']:.2f} / {stat['max']:.2f}"
 
     lines = [f"# trainguard lab benchmark ({result['run']})", "", f"{result['machine']['summary']}", "",
-             "| class | trials | correct | detection | decision | action | productive |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+             "| class | trials | correct | detection | decision | action | productive | ETTR | goodput lost |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for name, c in result["per_class"].items():
         lines.append(
             f"| {name} | {c['trials']} | {c['correct_actions']}/{c['fault_trials']} | {cell(c['detection_latency_s'])} "
-            f"| {cell(c['decision_latency_s'])} | {cell(c['action_latency_s'])} | {cell(c['time_to_productive_s'])} |"
+            f"| {cell(c['decision_latency_s'])} | {cell(c['action_latency_s'])} | {cell(c['time_to_productive_s'])} "
+            f"| {_ettr(c)} | {cell(c.get('goodput', {}).get('goodput_lost_s'))} |"
         )
     lines += ["", "Cells: median / p95 / max seconds.", "", "| overall | value | target |", "| --- | --- | --- |"]
     for key, target in (("detection_latency_s", "median ≤ 2 s"), ("decision_latency_s", "median ≤ 1.5 s"),
@@ -144,6 +166,7 @@ def markdown(result: dict[str, Any], png: Path | None) -> str:
     lines += [
         f"| attribution_precision | {result['attribution_precision']} | ≥ 0.95 |",
         f"| attribution_recall | {result['attribution_recall']} | ≥ 0.95 |",
+        f"| ETTR (observed spans) | {_ettr(result)} | — |",
         f"| false_actions_healthy | {result['false_actions_healthy']} | 0 |",
     ]
     lines += ["", "## Where the time goes", ""] + [f"- {n}" for n in notes(result)]
@@ -152,6 +175,11 @@ def markdown(result: dict[str, Any], png: Path | None) -> str:
     if png is not None:
         lines += ["", f"![latencies]({png.name})"]
     return "\n".join(lines) + "\n"
+
+
+def _ettr(c: dict[str, Any]) -> str:
+    value = c.get("goodput", {}).get("ettr")
+    return "—" if value is None else f"{value:.3f}"
 
 
 def plot(trials: list[TrialResult], path: Path) -> Path | None:
