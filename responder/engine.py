@@ -18,28 +18,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from anyio import to_thread
 
-from responder import breaker, isolation
+from responder import breaker, experiments, isolation
 from responder.alerts import ClassifiedAlert, Notification, classify
-from responder.attribution import Enricher, NoEnrichment, Verdict, attribute
+from responder.attribution import Context, Enricher, NoEnrichment, Verdict, attribute
 from responder.breaker import BreakerCheck
 from responder.clock import Clock
 from responder.metrics import ResponderMetrics
 from responder.model import Action, AuditRecord, FailureClass, Incident, Kind, Mode, Outcome, StoredAlert, new_id
-from responder.policy import plan
+from responder.policy import Plan, plan
 from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError
 from responder.settings import Settings
-from responder.store import AuditStore, IngestResult
+from responder.store import AuditStore, IngestResult, RecordQuery
 
 log = logging.getLogger(__name__)
 
 MAX_CONCURRENT_ACTIONS = 8
 RETRY_DECISION_S = 5.0
+CLEAN_CHECK_S = 5.0  # how often experiments that may have run clean are looked at
 
 
 class Engine:
@@ -171,12 +173,20 @@ class Engine:
         chosen = plan(
             verdict, incident.attempt or None, cluster_settings.policy, carried, severities - {""}, context.attempts
         )
+        experiment = self._experiment(incident, alerts, verdict, context, chosen, carried)
+        if experiment is not None:
+            chosen = experiment.plan
+            if experiment.blamed:
+                scores = verdict.scores | dict.fromkeys(experiment.blamed, 1.0)
+                verdict = dataclasses.replace(verdict, implicated=experiment.blamed, scores=scores)
         base = _Base(incident, alerts, verdict, mode, now)
 
         records = []
         new_nodes = frozenset(chosen.excluded_nodes) - carried
         safety = self._check(incident.cluster, mode, now, new_nodes, counts_action=chosen.action != Action.NONE)
         records.append(base.record(chosen.action, chosen.reason, chosen.excluded_nodes, safety))
+        if experiment is not None:
+            records[0].attribution["localization"] = experiment.section
         if verdict.implicated and safety.allowed:
             for candidate in isolation.drain_candidates(
                 self.store, incident.cluster, incident.workload, verdict.implicated, now, self.settings.ledger
@@ -202,6 +212,45 @@ class Engine:
                 record.outcome, record.reason,
             )  # fmt: skip
         return records
+
+    def _experiment(
+        self, incident: Incident, alerts: Sequence[StoredAlert], verdict: Verdict, context: Context,
+        chosen: Plan, carried: set[str],
+    ) -> experiments.Experiment | None:  # fmt: skip
+        """The restart as an experiment (``responder.experiments``) when the evidence names no node."""
+        settings = self.settings.cluster(incident.cluster).policy.localize
+        if not experiments.applies(verdict, chosen, settings):
+            return None
+        query = RecordQuery(cluster=incident.cluster, workload=incident.workload, kind=Kind.DECISION.value,
+                            limit=experiments.HISTORY)  # fmt: skip
+        hosts = {a.labels.get("host", "") for a in alerts} | {p.host for p in context.progress}
+        ran_on = experiments.allocation(verdict, hosts - {""}, ())
+        return experiments.design(verdict, chosen, ran_on, self.store.records(query), carried, settings)
+
+    def check_clean_runs(self) -> list[AuditRecord]:
+        """Experiments that ran ``clean_after_s`` without failing: a follow-up record each (maybe a probe)."""
+        now = self.clock.now()
+        newest: dict[tuple[str, str], AuditRecord] = {}
+        for r in self.store.records(RecordQuery(kind=Kind.DECISION.value, since=now - 7 * 86400, limit=1000)):
+            if r.action != Action.DRAIN_NODE and (r.attribution or {}).get("localization"):
+                newest.setdefault((r.cluster, r.workload), r)
+        written = []
+        for (cluster, workload), latest in newest.items():
+            settings = self.settings.cluster(cluster).policy.localize
+            query = RecordQuery(cluster=cluster, workload=workload, kind=Kind.DECISION.value, limit=experiments.HISTORY)
+            follow = (
+                experiments.clean_run(latest, self.store.records(query), now, settings) if settings.enabled else None
+            )
+            if follow is None:
+                continue
+            mode = self.mode(cluster)
+            counts = follow.plan.action != Action.NONE
+            safety = self._check(cluster, mode, now, frozenset(follow.plan.excluded_nodes), counts_action=counts)
+            record = experiments.follow_up(latest, follow, mode, now, safety.allowed, safety.reason)
+            self.store.add_record(record)
+            self._publish(record)
+            written.append(record)
+        return written
 
     def _check(
         self, cluster: str, mode: Mode, now: float, new_nodes: frozenset[str], counts_action: bool
@@ -267,7 +316,13 @@ class Engine:
         self._loop = asyncio.get_running_loop()
         for record in await to_thread.run_sync(self.store.pending_records):
             self._spawn(record)
+        checked = 0.0
         while True:
+            if self.clock.now() - checked >= CLEAN_CHECK_S:
+                checked = self.clock.now()
+                for record in await to_thread.run_sync(self.check_clean_runs):
+                    if record.outcome == Outcome.PENDING:
+                        self._spawn(record)
             deadline = await to_thread.run_sync(self.store.next_deadline)
             delay = 1.0 if deadline is None else min(1.0, deadline - self.clock.now())
             if delay > 0:

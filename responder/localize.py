@@ -27,12 +27,21 @@ class LocalizeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(True, description="split the suspects across restarts when evidence names no single node")
+    after_failures: int = Field(
+        2, ge=1, description="start splitting at this many failures without a named node (one may be transient)"
+    )
     spare_nodes: int = Field(4, ge=0, description="most nodes excluded from one workload at once (the budget)")
     min_nodes: int = Field(1, ge=1, description="smallest allocation the workload can run on")
     fail_if_present: float = Field(0.8, gt=0, lt=1, description="P(an attempt fails | the culprit is in it)")
     fail_if_absent: float = Field(0.1, gt=0, lt=1, description="P(an attempt fails | no culprit in it)")
     prior_none: float = Field(0.1, gt=0, lt=1, description="prior that no node is at fault")
     suspect_weight: float = Field(8.0, ge=1, description="prior odds of a node the evidence named vs one it did not")
+    clean_after_s: float = Field(
+        3600.0, gt=0, description="an experiment that ran this long without failing counts as a clean run"
+    )
+    probe: bool = Field(
+        False, description="after a clean run, restart at once with the next split (restarts a healthy job)"
+    )
     blame_at: float = Field(0.9, gt=0.5, lt=1, description="posterior at which one node is blamed")
 
 

@@ -1,0 +1,112 @@
+"""Restarts as experiments through the whole responder (real engine, real SQLite store, FakeClock).
+
+Every attempt of one workload times out on every rank (no node named); the bad node is n5 of eight.
+The responder must split the suspects across attempts within the budget, explain each step in the
+record, blame n5 once it stands out, and leave clear evidence on its old path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from responder.clock import FakeClock
+from tests.conftest import Responder
+from trainguard.lab.payloads import alert, notification
+
+NODES = [f"n{i}" for i in range(8)]
+BAD = "n5"
+
+
+def _timeouts(attempt: int, hosts: list[str]) -> dict[str, Any]:
+    return notification([
+        alert("TrainguardLogCollectiveTimeout", "collective_timeout", attempt=str(attempt), host=h, rank=str(i),
+              pattern="nccl_watchdog_timeout")
+        for i, h in enumerate(hosts)
+    ])  # fmt: skip
+
+
+def _run(r: Responder, attempt: int, excluded: list[str]) -> dict[str, Any]:
+    hosts = [n for n in NODES if n not in excluded]
+    assert r.post(_timeouts(attempt, hosts)).status_code == 200
+    decisions = [d for d in r.decide_now() if d["attempt"] == str(attempt) and d["action"] != "drain_node"]
+    assert len(decisions) == 1
+    return decisions[0]
+
+
+def _responder(make_responder: Callable[..., Responder], **localize: Any) -> Responder:
+    policy = {"max_attempts": 30, "localize": {"spare_nodes": 4, "clean_after_s": 1800, **localize}}
+    return make_responder(clock=FakeClock(1_800_000_000.0), clusters={"lab": {"policy": policy}})
+
+
+def _next(r: Responder, decision: dict[str, Any]) -> dict[str, Any]:
+    """The next attempt runs without the decision's exclusions: it fails if the bad node is in it, else it
+    runs clean and the engine's periodic check writes the follow-up."""
+    attempt = int(decision["attempt"]) + 1
+    running = [n for n in NODES if n not in decision["excluded_nodes"]]
+    assert isinstance(r.clock, FakeClock)
+    r.clock.advance(700)  # attempts minutes apart: outside the breaker's window
+    if BAD in running:
+        return _run(r, attempt, decision["excluded_nodes"])
+    assert r.engine.check_clean_runs() == []  # not clean long enough yet
+    r.clock.advance(1800)
+    written = r.engine.check_clean_runs()
+    assert len(written) == 1
+    return written[0].to_json()
+
+
+def test_repeated_timeouts_without_a_named_node_localize_the_bad_node(
+    make_responder: Callable[..., Responder],
+) -> None:
+    r = _responder(make_responder, probe=True)
+    decision = _run(r, 0, [])
+    assert decision["action"] == "requeue"  # one timeout may be transient: a plain restart, as before
+    assert decision["attribution"]["localization"]["ran_on"] == NODES
+    for _ in range(12):
+        decision = _next(r, decision)
+        section = decision["attribution"]["localization"]
+        assert len(decision["excluded_nodes"]) <= 4  # never over the spare-node budget
+        assert section["steps"]
+        if section.get("blamed"):
+            break
+        assert decision["action"] == "requeue_excluding"
+        assert "run without" in decision["reason"]
+    assert section["blamed"] == [BAD]
+    assert decision["implicated_nodes"] == [BAD]
+    assert "localized by restarts" in decision["reason"]
+    assert r.engine.check_clean_runs() == []  # concluded: nothing more to do
+
+
+def test_without_probes_a_clean_run_is_recorded_and_nothing_restarts(make_responder: Callable[..., Responder]) -> None:
+    r = _responder(make_responder)
+    decision = _run(r, 0, [])
+    while BAD in [n for n in NODES if n not in decision["excluded_nodes"]]:
+        decision = _next(r, decision)
+    clean = _next(r, decision)
+    assert clean["action"] == "none"
+    assert clean["attribution"]["localization"]["failed"] is False
+    assert "ran clean" in clean["reason"]
+    assert clean["outcome"] == "skipped"
+    assert clean["attribution"]["localization"]["split"] == []  # the running attempt keeps its exclusions
+    assert r.engine.check_clean_runs() == []  # one follow-up per experiment
+    assert any(d["id"] == clean["id"] for d in r.decisions())
+
+
+def test_disabled_by_policy_restarts_as_before(make_responder: Callable[..., Responder]) -> None:
+    r = _responder(make_responder, enabled=False)
+    for attempt in range(3):
+        decision = _run(r, attempt, [])
+        assert decision["action"] == "requeue"
+        assert "localization" not in decision["attribution"]
+
+
+def test_clear_evidence_keeps_its_path(make_responder: Callable[..., Responder]) -> None:
+    r = _responder(make_responder)
+    _run(r, 0, [])
+    payload = notification([alert("TrainguardLogInfraGpu", "infra_gpu", attempt="1", host="n3", rank="3",
+                                  pattern="xid_79")])  # fmt: skip
+    assert r.post(payload).status_code == 200
+    decision = next(d for d in r.decide_now() if d["attempt"] == "1")
+    assert decision["action"] == "requeue_excluding"
+    assert decision["excluded_nodes"] == ["n3"]
+    assert "localization" not in decision["attribution"]
