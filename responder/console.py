@@ -47,7 +47,8 @@ RECENT = 500  # records read for the overview's workloads and incidents
 MAX_FORM_BYTES = 4096
 _VOID = frozenset({"input", "br", "meta", "link", "img"})
 _STANDING_BADGE = {"drain recorded": "bad", "drain due": "bad", "watch": "warn", "faded": "ok"}
-PAGES = (("/console", "Overview"), ("/console/decisions", "Decisions"), ("/console/nodes", "Node ledger"))
+PAGES = (("/console", "Overview"), ("/console/decisions", "Decisions"), ("/console/nodes", "Node ledger"),
+         ("/console/goodput", "Goodput"))  # fmt: skip
 
 
 class Html(str):

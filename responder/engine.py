@@ -25,7 +25,7 @@ from datetime import datetime
 
 from anyio import to_thread
 
-from responder import breaker, experiments, isolation
+from responder import breaker, experiments, goodput, isolation
 from responder.alerts import ClassifiedAlert, Notification, classify
 from responder.attribution import Context, Enricher, NoEnrichment, Verdict, attribute
 from responder.breaker import BreakerCheck
@@ -187,6 +187,11 @@ class Engine:
         records.append(base.record(chosen.action, chosen.reason, chosen.excluded_nodes, safety))
         if experiment is not None:
             records[0].attribution["localization"] = experiment.section
+        records[0].attribution["goodput"] = goodput.section(
+            [p.step for p in context.progress],
+            [p.step_duration for p in context.progress if p.step_duration],
+            _checkpoint(context, incident.attempt),
+        )
         if verdict.implicated and safety.allowed:
             for candidate in isolation.drain_candidates(
                 self.store, incident.cluster, incident.workload, verdict.implicated, now, self.settings.ledger
@@ -409,6 +414,11 @@ class _Base:
             },
             safety={"breaker": safety.reason or "ok", "allowed": safety.allowed},
         )
+
+
+def _checkpoint(context: Context, attempt: str) -> float | None:
+    progress = context.attempts.get(int(attempt)) if attempt.isdigit() else None
+    return progress.checkpoint_step if progress is not None else None
 
 
 def _ts(value: datetime | None) -> float | None:

@@ -8,8 +8,14 @@ used. ETTR over a span is the share of that span spent on training that was kept
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+from responder.model import AuditRecord
+
+RESTARTS = frozenset({"requeue", "requeue_excluding"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,3 +70,45 @@ def lost_by_cause(items: Iterable[Goodput]) -> dict[str, float]:
         if g.lost_s is not None:
             out[g.cause] += g.lost_s
     return dict(sorted(out.items()))
+
+
+def section(steps: Sequence[float], step_durations: Sequence[float], checkpoint_step: float | None) -> dict[str, Any]:
+    """The record's ``goodput`` part at decision time: where training was, and what a restart throws away."""
+    step = max(steps, default=None)
+    step_s = median(step_durations) if step_durations else None
+    work = None if step is None or step_s is None else max(0.0, step - (checkpoint_step or 0.0)) * step_s
+    return {"step": step, "checkpoint_step": checkpoint_step, "step_s": step_s, "work_lost_s": work}
+
+
+def from_record(record: AuditRecord) -> Goodput | None:
+    """A restart decision's cost as the responder sees it: fault (first alert's start) -> restart ordered
+    (verified in act mode, decided in monitor mode), plus the work since the checkpoint; None otherwise."""
+    if str(record.action) not in RESTARTS or record.detected_at is None:
+        return None
+    restarted = record.acted_at or record.decided_at
+    part: Mapping[str, Any] = record.attribution.get("goodput") or {}
+    work = part.get("work_lost_s")
+    cause = record.failure_class if not record.patterns else record.patterns[0]
+    return Goodput(str(cause), max(0.0, restarted - record.detected_at), work, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """Per workload or cluster: incidents, attempts, time lost, ETTR since the first fault."""
+
+    name: str
+    incidents: int
+    lost_s: float
+    ettr: float | None
+    by_cause: dict[str, float]
+
+
+def summarise(name: str, records: Iterable[AuditRecord], now: float) -> Summary | None:
+    costs = [(r, g) for r in records if (g := from_record(r)) is not None]
+    if not costs:
+        return None
+    first = min(r.detected_at or r.decided_at for r, _ in costs)
+    items = [g for _, g in costs]
+    span = now - first
+    return Summary(name, len(items), sum(g.lost_s or 0.0 for g in items), ettr(span, items) if span > 0 else None,
+                   lost_by_cause(items))  # fmt: skip
