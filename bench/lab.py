@@ -11,6 +11,13 @@ report with a plot goes beside it.
   decision:  that alert -> decision recorded (the 1 s correlation window included)
   action:    decision -> Slurm action verified by a fresh squeue (act mode)
   productive: fault -> first training step of the next attempt (act mode, requeue actions)
+  goodput:   per class, goodput lost per incident (fault -> productive again + work since the checkpoint)
+             and ETTR over the trials' observed spans (training before the fault through productive again)
+
+The class `intermittent` (trainguard/lab/intermittent.py, full run or --classes) is a multi-attempt
+trial: one node makes every attempt it is in time out on every rank; the responder must find it
+through restarts. Every trial runs under that module's POLICY (restarts as experiments within 2 spare
+nodes, a clean run after 20 s).
 
 `--corpus net-001,gpu-035` replays those cases of tests/data/corpus/*.jsonl as the target rank's real
 log output (or its node's kernel log), one fault class `corpus:<id>` each, expected decision from the
@@ -43,10 +50,12 @@ from trainguard.lab.faults import (
     run_two_jobs,
     summarise,
 )
+from trainguard.lab.intermittent import POLICY, run_intermittent
 from trainguard.lab.slurm import Lab, LabError, missing_requirements
 
 ROOT = Path(__file__).resolve().parent.parent
 
+SPECIAL = ("two_jobs", "intermittent")  # classes with their own runner (several jobs, several attempts)
 TARGETS = {"detection": 2.0, "decision": 1.5, "action": 1.0, "productive": 30.0, "precision": 0.95, "recall": 0.95}
 
 
@@ -236,7 +245,7 @@ def main() -> int:
         return 2
     corpus = [f"{CORPUS_PREFIX}{i.strip()}" for i in (args.corpus or "").split(",") if i.strip()]
     try:
-        faults = {c: fault_named(c) for c in [*(args.classes or []), *corpus] if c != "two_jobs"}
+        faults = {c: fault_named(c) for c in [*(args.classes or []), *corpus] if c not in SPECIAL}
         cases = [load_corpus_case(c.removeprefix(CORPUS_PREFIX)) for c in faults if c.startswith(CORPUS_PREFIX)]
     except LabError as exc:
         parser.error(str(exc))
@@ -248,13 +257,15 @@ def main() -> int:
     elif corpus and not args.classes:
         plan = [(c, "act") for c in corpus for _ in range(args.trials)]
     else:
-        classes = (args.classes or [*(c for c in FAULTS if c != "healthy"), "two_jobs"]) + corpus
+        classes = (args.classes or [*(c for c in FAULTS if c != "healthy"), *SPECIAL]) + corpus
         plan = [(c, m) for m in ("act", "monitor") for c in classes for _ in range(args.trials)]
         plan += [("healthy", m) for m in ("act", "monitor") for _ in range(args.trials)]
     trials: list[TrialResult] = []
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-bench-"))
-    lab = Lab(workdir, mode="act", fast_path=args.fast_path, say=lambda m: print(f"[lab] {m}", flush=True))
+    lab = Lab(
+        workdir, mode="act", fast_path=args.fast_path, policy=POLICY, say=lambda m: print(f"[lab] {m}", flush=True)
+    )
     try:
         with lab.running():
             for i, (fault, mode) in enumerate(plan, 1):
@@ -264,6 +275,8 @@ def main() -> int:
                       flush=True)  # fmt: skip
                 if fault == "two_jobs":
                     trials += run_two_jobs(lab, FAULTS["xid"], say=lambda m: print(m, flush=True))
+                elif fault == "intermittent":
+                    trials.append(run_intermittent(lab, say=lambda m: print(m, flush=True)))
                 else:
                     chosen = faults.get(fault) or FAULTS[fault]
                     trials.append(run_trial(lab, chosen, say=lambda m: print(m, flush=True)))
