@@ -92,6 +92,11 @@ class Engine:
             is_open = breaker.is_open(self.store, cluster, now, self.settings.breaker)
             self.metrics.breaker_open.labels(cluster).set(1 if is_open else 0)
         self.metrics.open_incidents.set(self.store.open_incident_count())
+        records = self.store.records(RecordQuery(kind=Kind.DECISION.value, limit=1000))
+        for cluster in set(self.settings.clusters) | set(self.store.modes()) | {r.cluster for r in records}:
+            clean = experiments.clean_nodes(r for r in records if r.cluster == cluster)
+            for node, p in isolation.node_suspicion(self.store, cluster, now, self.settings.ledger, clean).items():
+                self.metrics.node_suspicion.labels(cluster, node).set(p)
 
     # -- ingest ---------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ failed. So a restart of the responder loses nothing, and the record explains eve
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +121,16 @@ def follow_up(
         node=None, attribution=attribution, safety={"breaker": refused or "ok", "allowed": allowed}, detail="",
         verified=False, actor="responder",
     )  # fmt: skip
+
+
+def clean_nodes(records: Iterable[AuditRecord]) -> list[tuple[str, float]]:
+    """``(node, when)`` for every node of every experiment that ran clean (node suspicion goes down)."""
+    out: list[tuple[str, float]] = []
+    for record in records:
+        found = _section(record)
+        if found.get("failed") is False:
+            out.extend((node, record.time) for node in found.get("ran_on", []))
+    return out
 
 
 def _runs(history: Sequence[AuditRecord]) -> list[tuple[list[str], bool]]:

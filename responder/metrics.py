@@ -71,3 +71,9 @@ class ResponderMetrics:
         self.reviewed = Gauge(
             "trainguard_responder_reviewed_decisions", "Reviewed decisions per pattern", ["pattern"], registry=registry
         )
+        self.node_suspicion = Gauge(
+            "trainguard_node_suspicion",
+            "Probability that the node is bad (prior, implications, clean runs, with decay): docs/decisions.md",
+            ["cluster", "node"],
+            registry=registry,
+        )

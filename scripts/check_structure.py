@@ -39,6 +39,7 @@ LAYERS: dict[str, str] = {
     "responder.localize": "domain",
     "responder.experiments": "domain",
     "responder.goodput": "domain",
+    "responder.suspicion": "domain",
     "responder.breaker": "domain",
     "responder.store": "domain",
     "responder.schedulers.base": "domain",
