@@ -216,6 +216,9 @@ class Engine:
             self.metrics.decisions.labels(record.cluster, record.action, record.mode, record.outcome).inc()
             if record.received_at is not None:
                 self.metrics.decision_latency.observe(max(0.0, record.decided_at - record.received_at))
+            cost = goodput.from_record(record)
+            if cost is not None and cost.lost_s is not None:
+                self.metrics.goodput_lost.labels(record.cluster, cost.cause).inc(cost.lost_s)
             log.info(
                 "decision %s: %s %s/%s attempt %s -> %s (%s): %s",
                 record.id, record.mode, record.cluster, record.workload, record.attempt, record.action,

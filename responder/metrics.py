@@ -77,3 +77,9 @@ class ResponderMetrics:
             ["cluster", "node"],
             registry=registry,
         )
+        self.goodput_lost = Counter(
+            "trainguard_responder_goodput_lost_seconds",
+            "Goodput lost per restart decision: fault to restart ordered plus work since the checkpoint, by cause",
+            ["cluster", "cause"],
+            registry=registry,
+        )

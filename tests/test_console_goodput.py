@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from responder.clock import FakeClock
 from tests.conftest import Responder
 from trainguard.lab.payloads import alert, notification
@@ -29,6 +31,8 @@ def test_goodput_page_shows_lost_time_and_ettr_per_workload(make_responder: Call
     assert "<td><strong>4242</strong></td>" in text
     assert "xid_79 10.2s" in text
     assert 'href="/console/goodput"' in text  # in the navigation
+    labels = {"cluster": "lab", "cause": "xid_79"}
+    assert r.metric("trainguard_responder_goodput_lost_seconds_total", labels) == pytest.approx(10.2)
 
 
 def test_goodput_page_without_restarts_says_so(make_responder: Callable[..., Responder]) -> None:
