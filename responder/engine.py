@@ -238,21 +238,26 @@ class Engine:
                             limit=experiments.HISTORY)  # fmt: skip
         hosts = {a.labels.get("host", "") for a in alerts} | {p.host for p in context.progress}
         ran_on = experiments.allocation(verdict, hosts - {""}, ())
-        return experiments.design(verdict, chosen, ran_on, self.store.records(query), carried, settings)
+        history = self.store.records(query)
+        capacity = self.settings.cluster(incident.cluster).nodes
+        return experiments.design(verdict, chosen, ran_on, history, carried, settings, capacity)
 
     def check_clean_runs(self) -> list[AuditRecord]:
         """Experiments that ran ``clean_after_s`` without failing: a follow-up record each (maybe a probe)."""
         now = self.clock.now()
         newest: dict[tuple[str, str], AuditRecord] = {}
         for r in self.store.records(RecordQuery(kind=Kind.DECISION.value, since=now - 7 * 86400, limit=1000)):
-            if r.action != Action.DRAIN_NODE and (r.attribution or {}).get("localization"):
+            if r.action != Action.DRAIN_NODE:  # the newest decision of each workload: an experiment or not
                 newest.setdefault((r.cluster, r.workload), r)
         written = []
         for (cluster, workload), latest in newest.items():
             settings = self.settings.cluster(cluster).policy.localize
             query = RecordQuery(cluster=cluster, workload=workload, kind=Kind.DECISION.value, limit=experiments.HISTORY)
+            capacity = self.settings.cluster(cluster).nodes
             follow = (
-                experiments.clean_run(latest, self.store.records(query), now, settings) if settings.enabled else None
+                experiments.clean_run(latest, self.store.records(query), now, settings, capacity)
+                if settings.enabled
+                else None
             )
             if follow is None:
                 continue

@@ -46,7 +46,7 @@ def allocation(verdict: Verdict, hosts: Collection[str], observed: Collection[st
 
 def design(
     verdict: Verdict, chosen: Plan, ran_on: Sequence[str], history: Sequence[AuditRecord],
-    carried: Collection[str], settings: LocalizeSettings,
+    carried: Collection[str], settings: LocalizeSettings, capacity: int | None = None,
 ) -> Experiment | None:  # fmt: skip
     """The next attempt's exclusions: earlier ones kept, plus the split; the waiting note before enough failures."""
     runs = [*_runs(history), (list(ran_on), True)]
@@ -58,7 +58,7 @@ def design(
     named = {h for h, s in verdict.scores.items() if s > 0}
     belief = _belief(runs, universe, named, settings)
     kept = [n for n in chosen.excluded_nodes if n not in belief.blamed]
-    split, section = _next(belief, universe, kept, settings)
+    split, section = _next(belief, universe, kept, settings, capacity)
     section = {"ran_on": list(ran_on), "failed": True, "attempts_failed": failures, **section}
     if belief.blamed:
         reason = f"{chosen.reason}; localized by restarts: {', '.join(belief.blamed)} excluded for good"
@@ -69,9 +69,10 @@ def design(
     return Experiment(Plan(action, reason, excluded), belief.blamed, section)
 
 
-def clean_run(latest: AuditRecord, history: Sequence[AuditRecord], now: float, settings: LocalizeSettings) -> (
-    Experiment | None
-):  # fmt: skip
+def clean_run(
+    latest: AuditRecord, history: Sequence[AuditRecord], now: float, settings: LocalizeSettings,
+    capacity: int | None = None,
+) -> Experiment | None:  # fmt: skip
     """The follow-up of an experiment that has run ``clean_after_s`` without failing, or None.
 
     ``latest`` is the workload's newest decision. The clean run is evidence like a failure; with
@@ -89,7 +90,7 @@ def clean_run(latest: AuditRecord, history: Sequence[AuditRecord], now: float, s
     runs.append((running, False))
     belief = _belief(runs, universe, set(), settings)
     kept = [n for n in latest.excluded_nodes if n not in belief.blamed and n not in found.get("split", [])]
-    split, section = _next(belief, universe, kept, settings)
+    split, section = _next(belief, universe, kept, settings, capacity)
     clean = f"ran clean for {now - started:.0f}s without {', '.join(latest.excluded_nodes)}"
     section = {"ran_on": running, "failed": False, **section, "steps": [clean, *section["steps"]]}
     if belief.blamed or not settings.probe:
@@ -157,11 +158,16 @@ def _belief(
 
 
 def _next(
-    belief: localize.Belief, universe: Sequence[str], kept: Sequence[str], settings: LocalizeSettings
+    belief: localize.Belief,
+    universe: Sequence[str],
+    kept: Sequence[str],
+    settings: LocalizeSettings,
+    capacity: int | None,
 ) -> tuple[localize.Split, dict[str, Any]]:
     """The split within what the budget leaves after ``kept``, and the record's section."""
     budget = settings.model_copy(update={"spare_nodes": max(0, settings.spare_nodes - len(kept))})
-    split = localize.choose(belief, [n for n in universe if n not in kept], budget)
+    room = None if capacity is None else capacity - len(kept)
+    split = localize.choose(belief, [n for n in universe if n not in kept], budget, room)
     ranked = sorted((n for n in belief.posterior if n != localize.NONE), key=lambda n: -belief.posterior[n])
     return split, {
         "suspects": {n: round(belief.posterior[n], 3) for n in ranked[:TOP]},

@@ -117,14 +117,16 @@ def conclude(belief: Belief, settings: LocalizeSettings) -> tuple[Belief, str | 
     return Belief(_normalise(rest), (*belief.blamed, node), (*belief.steps, step)), node
 
 
-def choose(belief: Belief, nodes: Collection[str], settings: LocalizeSettings) -> Split:
+def choose(belief: Belief, nodes: Collection[str], settings: LocalizeSettings, capacity: int | None = None) -> Split:
     """The exclusion that maximises the expected information of the next attempt's outcome.
 
     Candidates are the most suspect nodes first (the blamed ones always excluded), as many as the
-    spare-node budget and the workload's minimum size allow.
+    spare-node budget and the workload's minimum size allow: ``capacity`` is how many nodes the
+    workload could run on (the cluster's size; default: ``nodes`` alone, no spares beyond them).
     """
     blamed = [n for n in belief.blamed if n in nodes]
-    room = min(settings.spare_nodes, len(nodes) - settings.min_nodes) - len(blamed)
+    available = len(nodes) if capacity is None else capacity
+    room = min(settings.spare_nodes, available - settings.min_nodes) - len(blamed)
     ranked = sorted((n for n in nodes if n not in blamed), key=lambda n: (-belief.posterior.get(n, 0.0), n))
     best, best_gain = 0, -1.0
     for k in range(max(0, min(room, len(ranked) - 1)) + 1):

@@ -110,3 +110,38 @@ def test_clear_evidence_keeps_its_path(make_responder: Callable[..., Responder])
     assert decision["action"] == "requeue_excluding"
     assert decision["excluded_nodes"] == ["n3"]
     assert "localization" not in decision["attribution"]
+
+
+def test_the_lab_scenario_a_two_node_job_on_a_four_node_cluster(make_responder: Callable[..., Responder]) -> None:
+    """As in the lab's ``intermittent`` class: Slurm gives the job the first two nodes it may use; the
+    spares outside the nodes seen so far count (cluster ``nodes: 4``), so the job can be split."""
+    policy = {"max_attempts": 12, "localize": {"spare_nodes": 2, "min_nodes": 2, "clean_after_s": 20}}
+    r = make_responder(clock=FakeClock(1_800_000_000.0), clusters={"lab": {"nodes": 4, "policy": policy}})
+    cluster, bad = ["n1", "n2", "n3", "n4"], "n2"
+
+    def attempt(number: int, excluded: list[str]) -> dict[str, Any]:
+        hosts = [n for n in cluster if n not in excluded][:2]
+        if bad not in hosts:
+            assert isinstance(r.clock, FakeClock)
+            r.clock.advance(25)
+            [follow] = r.engine.check_clean_runs()
+            return follow.to_json()
+        payload = notification([
+            alert(name, category, attempt=str(number), host=h, rank=str(i), pattern=pattern)
+            for i, h in enumerate(hosts)
+            for name, category, pattern in (("TrainguardLogCollectiveTimeout", "collective_timeout",
+                                             "nccl_watchdog_timeout"), ("TrainguardRankCrashed", "crash", "crash"))
+        ])  # fmt: skip
+        assert r.post(payload).status_code == 200
+        [decision] = [d for d in r.decide_now() if d["attempt"] == str(number)]
+        return decision
+
+    decision, number = attempt(0, []), 0
+    for _ in range(6):
+        if decision["attribution"]["localization"].get("blamed"):
+            break
+        assert len(decision["excluded_nodes"]) <= 2
+        number += 1
+        decision = attempt(number, decision["excluded_nodes"])
+    assert decision["attribution"]["localization"]["blamed"] == [bad]
+    assert number <= 4
