@@ -79,10 +79,10 @@ def clean_run(
     ``probe`` and no node blamed yet, the follow-up restarts at once with the next split.
     """
     found = _section(latest)
-    started = latest.acted_at or latest.decided_at
+    started = max(latest.acted_at or 0.0, latest.decided_at)
     if not found.get("split") or latest.action != Action.REQUEUE_EXCLUDING or now - started < settings.clean_after_s:
         return None
-    if latest.outcome not in (Outcome.DONE, Outcome.PLANNED):
+    if latest.outcome != Outcome.DONE:  # only a restart that happened can run clean (never a planned one)
         return None
     runs = _runs(history)
     universe = sorted({n for run, _ in runs for n in run})

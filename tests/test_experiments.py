@@ -29,14 +29,25 @@ def _timeouts(attempt: int, hosts: list[str]) -> dict[str, Any]:
 def _run(r: Responder, attempt: int, excluded: list[str]) -> dict[str, Any]:
     hosts = [n for n in NODES if n not in excluded]
     assert r.post(_timeouts(attempt, hosts)).status_code == 200
-    decisions = [d for d in r.decide_now() if d["attempt"] == str(attempt) and d["action"] != "drain_node"]
-    assert len(decisions) == 1
+    decisions = [d for d in _decide_and_act(r) if d["attempt"] == str(attempt) and d["action"] != "drain_node"]
+    assert len(decisions) == 1, [(d["action"], d["reason"], d["incident_id"]) for d in decisions]
     return decisions[0]
 
 
 def _responder(make_responder: Callable[..., Responder], **localize: Any) -> Responder:
     policy = {"max_attempts": 30, "localize": {"spare_nodes": 4, "clean_after_s": 1800, **localize}}
-    return make_responder(clock=FakeClock(1_800_000_000.0), clusters={"lab": {"policy": policy}})
+    clusters = {"lab": {"mode": "act", "policy": policy}}
+    # The breaker's node cap is tested elsewhere; here it would only interleave its refusals.
+    return make_responder(clock=FakeClock(1_800_000_000.0), clusters=clusters, breaker={"max_nodes_without_size": 16})
+
+
+def _decide_and_act(r: Responder) -> list[dict[str, Any]]:
+    """Decide what is due and carry out the pending actions (act mode, the recording scheduler): only a
+    restart that really happened can run clean."""
+    r.decide_now()
+    for record in r.store.pending_records():
+        r.engine.act(record)
+    return r.decisions()
 
 
 def _next(r: Responder, decision: dict[str, Any]) -> dict[str, Any]:
@@ -51,8 +62,11 @@ def _next(r: Responder, decision: dict[str, Any]) -> dict[str, Any]:
     assert r.engine.check_clean_runs() == []  # not clean long enough yet
     r.clock.advance(1800)
     written = r.engine.check_clean_runs()
-    assert len(written) == 1
-    return written[0].to_json()
+    assert len(written) == 1, (decision["action"], decision["outcome"], decision["reason"])
+    follow = written[0]
+    if follow.outcome == "pending":  # a probe: act mode restarts the job with the next split
+        follow = r.engine.act(follow)
+    return follow.to_json()
 
 
 def test_repeated_timeouts_without_a_named_node_localize_the_bad_node(
@@ -75,6 +89,22 @@ def test_repeated_timeouts_without_a_named_node_localize_the_bad_node(
     assert decision["implicated_nodes"] == [BAD]
     assert "localized by restarts" in decision["reason"]
     assert r.engine.check_clean_runs() == []  # concluded: nothing more to do
+
+
+def test_a_planned_experiment_never_ran_so_it_cannot_run_clean(make_responder: Callable[..., Responder]) -> None:
+    """Monitor mode: the split is only planned; the job did not run without it, so no clean-run evidence."""
+    r = make_responder(
+        clock=FakeClock(1_800_000_000.0), clusters={"lab": {"policy": {"localize": {"clean_after_s": 60}}}}
+    )
+    assert r.post(_timeouts(0, NODES)).status_code == 200
+    r.decide_now()
+    assert r.post(_timeouts(1, NODES)).status_code == 200
+    [planned] = [d for d in r.decide_now() if d["attempt"] == "1"]
+    assert planned["outcome"] == "planned"
+    assert planned["attribution"]["localization"]["split"]
+    assert isinstance(r.clock, FakeClock)
+    r.clock.advance(3600)
+    assert r.engine.check_clean_runs() == []
 
 
 def test_without_probes_a_clean_run_is_recorded_and_nothing_restarts(make_responder: Callable[..., Responder]) -> None:
@@ -106,7 +136,7 @@ def test_clear_evidence_keeps_its_path(make_responder: Callable[..., Responder])
     payload = notification([alert("TrainguardLogInfraGpu", "infra_gpu", attempt="1", host="n3", rank="3",
                                   pattern="xid_79")])  # fmt: skip
     assert r.post(payload).status_code == 200
-    decision = next(d for d in r.decide_now() if d["attempt"] == "1")
+    decision = next(d for d in _decide_and_act(r) if d["attempt"] == "1")
     assert decision["action"] == "requeue_excluding"
     assert decision["excluded_nodes"] == ["n3"]
     assert "localization" not in decision["attribution"]
@@ -116,7 +146,8 @@ def test_the_lab_scenario_a_two_node_job_on_a_four_node_cluster(make_responder: 
     """As in the lab's ``intermittent`` class: Slurm gives the job the first two nodes it may use; the
     spares outside the nodes seen so far count (cluster ``nodes: 4``), so the job can be split."""
     policy = {"max_attempts": 12, "localize": {"spare_nodes": 2, "min_nodes": 2, "clean_after_s": 20}}
-    r = make_responder(clock=FakeClock(1_800_000_000.0), clusters={"lab": {"nodes": 4, "policy": policy}})
+    lab = {"mode": "act", "nodes": 4, "policy": policy}
+    r = make_responder(clock=FakeClock(1_800_000_000.0), clusters={"lab": lab})
     cluster, bad = ["n1", "n2", "n3", "n4"], "n2"
 
     def attempt(number: int, excluded: list[str]) -> dict[str, Any]:
@@ -133,7 +164,7 @@ def test_the_lab_scenario_a_two_node_job_on_a_four_node_cluster(make_responder: 
                                              "nccl_watchdog_timeout"), ("TrainguardRankCrashed", "crash", "crash"))
         ])  # fmt: skip
         assert r.post(payload).status_code == 200
-        [decision] = [d for d in r.decide_now() if d["attempt"] == str(number)]
+        [decision] = [d for d in _decide_and_act(r) if d["attempt"] == str(number)]
         return decision
 
     decision, number = attempt(0, []), 0
