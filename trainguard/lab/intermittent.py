@@ -54,7 +54,14 @@ def _follow(
     say: Callable[[str], None],
 ) -> None:  # fmt: skip
     faulted: set[int] = set()
+    down: list[tuple[int, float]] = []  # (failed attempt, when); downtime ends at the next attempt's first step
+    lost = 0.0
     while time.time() - t0 < timeout_s:
+        for failed, when in list(down):
+            back = [t for a in range(failed + 1, failed + 4) for _, t in lab.steps(job, a).values()]
+            if back:
+                lost += min(back) - when
+                down.remove((failed, when))
         blamed = _blamed(lab, job)
         if blamed is not None:
             result.implicated = result.excluded = blamed
@@ -71,6 +78,7 @@ def _follow(
             continue
         _time_out_everyone(lab, job, steps)
         faulted.add(attempt)
+        down.append((attempt, time.time()))
         at = time.time() - t0
         result.events.append((at, f"attempt {attempt} on {','.join(nodes)}: every rank times out"))
         say(f"  +{at:6.2f}s  attempt {attempt} on {','.join(nodes)}: every rank times out")
@@ -78,7 +86,8 @@ def _follow(
         result.note = f"no node blamed within {timeout_s:.0f}s ({len(faulted)} failed attempt(s))"
     result.decisions = len(lab.decisions(job))
     result.trained_s = time.time() - started
-    result.productive_s = None  # the job runs on; its losses are the failed attempts (decisions count them)
+    # For this class: the downtime of all failed attempts together (each fault -> the next attempt's first step).
+    result.productive_s = lost if faulted and not down else None
 
 
 def _time_out_everyone(lab: Lab, job: str, steps: dict[str, tuple[int, float]]) -> None:
