@@ -7,6 +7,7 @@ suspects that holds each bad node with probability ``--hit`` (it can miss it) am
 Nothing names a single node. Methods:
 
   trainguard   responder.localize: exclude the split with the most expected information, observe, blame
+  trainguard_pairs  the same with pair hypotheses (prior_pair): two bad nodes at once
   restart      restart without exclusion (today's behaviour for evidence without a node)
   exclude_all  exclude every suspect at once (ignores the spare-node budget)
 
@@ -144,6 +145,7 @@ def summarise(outcomes: list[Outcome], world_bad: list[frozenset[str]], horizon:
 
 
 def cell(n: int, bad: int, args: argparse.Namespace, settings: LocalizeSettings) -> dict[str, Any]:
+    pairs = settings.model_copy(update={"prior_pair": args.prior_pair})
     rng = random.Random(f"{args.seed}-{n}-{bad}")
     suspects = min(n, max(args.suspects, 2 * bad))
     worlds = [make_world(rng, n, bad, suspects, args.hit, args.fail_if_present, args.background)
@@ -151,6 +153,7 @@ def cell(n: int, bad: int, args: argparse.Namespace, settings: LocalizeSettings)
     truth = [w.bad for w in worlds]
     methods = {
         "trainguard": [run_trainguard(rng, w, settings, args.horizon) for w in worlds],
+        "trainguard_pairs": [run_trainguard(rng, w, pairs, args.horizon) for w in worlds],
         "restart": [run_restart(rng, w, args.horizon) for w in worlds],
         "exclude_all": [run_exclude_all(rng, w, args.horizon) for w in worlds],
     }
@@ -184,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail-if-present", type=float, default=0.7, help="true P(fail | bad node in the attempt)")
     parser.add_argument("--background", type=float, default=0.05, help="true P(fail | no bad node)")
     parser.add_argument("--spare-nodes", type=int, default=4)
+    parser.add_argument("--prior-pair", type=float, default=0.1, help="prior_pair of the trainguard_pairs variant")
     parser.add_argument("--seed", default="trainguard")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "localize.json")
     args = parser.parse_args(argv)
@@ -199,11 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for c in cells:
-        tg, rs, ex = c["trainguard"], c["restart"], c["exclude_all"]
+        tg, rs, ex, tp = c["trainguard"], c["restart"], c["exclude_all"], c["trainguard_pairs"]
         print(f"{c['nodes']:>4} nodes, {c['bad']} bad: trainguard attempts {tg['attempts_to_localize']}, "
               f"P {tg['precision']} R {tg['recall']} lost {tg['goodput_lost_h']['mean']}h (max excl "
               f"{tg['max_excluded']}) | restart lost {rs['goodput_lost_h']['mean']}h | exclude_all lost "
-              f"{ex['goodput_lost_h']['mean']}h P {ex['precision']} excl {ex['max_excluded']}")  # fmt: skip
+              f"{ex['goodput_lost_h']['mean']}h P {ex['precision']} excl {ex['max_excluded']} | pairs P "
+              f"{tp['precision']} R {tp['recall']}")  # fmt: skip
     print(f"goal: {result['goal']}\nwrote {args.out}")
     return 0
 

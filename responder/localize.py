@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 NONE = ""  # the hypothesis "no node is at fault"
+PAIR = "+"  # "a+b": the hypothesis that nodes a and b are both bad
+MAX_PAIRED = 12  # pairs only among this many named suspects (66 pairs)
 
 
 class LocalizeSettings(BaseModel):
@@ -43,6 +45,9 @@ class LocalizeSettings(BaseModel):
         False, description="after a clean run, restart at once with the next split (restarts a healthy job)"
     )
     blame_at: float = Field(0.9, gt=0.5, lt=1, description="posterior at which one node is blamed")
+    prior_pair: float = Field(
+        0.0, ge=0, lt=1, description="prior that two of the named suspects are bad at once (0: one culprit only)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +58,18 @@ class Belief:
     blamed: tuple[str, ...] = ()  # nodes blamed so far, excluded for good
     steps: tuple[str, ...] = field(default=())  # one sentence per update, for the audit record
 
+    def marginals(self) -> dict[str, float]:
+        """P(node is bad) per node: the sum over the hypotheses that include it."""
+        out: dict[str, float] = {}
+        for h, p in self.posterior.items():
+            for n in _members(h):
+                out[n] = out.get(n, 0.0) + p
+        return out
+
     def top(self) -> tuple[str, float]:
-        node = max((n for n in self.posterior if n != NONE), key=lambda n: (self.posterior[n], n), default=NONE)
-        return node, self.posterior.get(node, 0.0)
+        marginal = self.marginals()
+        node = max(marginal, key=lambda n: (marginal[n], n), default=NONE)
+        return node, marginal.get(node, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +90,12 @@ def start(
         raise ValueError("localization needs the workload's nodes")
     weights = {n: (priors or {}).get(n, 1.0) * (settings.suspect_weight if n in suspects else 1.0) for n in nodes}
     total = sum(weights.values())
-    posterior = {n: (1 - settings.prior_none) * w / total for n, w in weights.items()}
+    named_nodes = sorted(set(suspects) & set(nodes))
+    pairs = [f"{a}{PAIR}{b}" for i, a in enumerate(named_nodes) for b in named_nodes[i + 1 :]]
+    pair_mass = settings.prior_pair if pairs and len(named_nodes) <= MAX_PAIRED else 0.0
+    single = 1 - settings.prior_none - pair_mass
+    posterior = {n: single * w / total for n, w in weights.items()}
+    posterior.update({h: pair_mass / len(pairs) for h in pairs} if pair_mass else {})
     posterior[NONE] = settings.prior_none
     named = ", ".join(sorted(set(suspects) & set(nodes))) or "none"
     return Belief(posterior, steps=(f"start: {len(nodes)} node(s), suspects named by the evidence: {named}",))
@@ -87,9 +106,9 @@ def observe(belief: Belief, ran_on: Collection[str], failed: bool, settings: Loc
     on = set(ran_on)
     p_in, p_out = settings.fail_if_present, settings.fail_if_absent
     like = {True: (p_in, p_out), False: (1 - p_in, 1 - p_out)}[failed]
-    raw = {n: p * (like[0] if n in on and n != NONE else like[1]) for n, p in belief.posterior.items()}
+    raw = {h: p * (like[0] if _members(h) & on else like[1]) for h, p in belief.posterior.items()}
     posterior = _normalise(raw)
-    node, p = max(((n, q) for n, q in posterior.items() if n != NONE), key=lambda x: x[1], default=(NONE, 0.0))
+    node, p = Belief(posterior).top()
     what = "failed again" if failed else "ran clean"
     step = f"attempt on {len(on)} node(s) {what}: most suspect {node or 'none'} at {p:.2f}, none {posterior[NONE]:.2f}"
     return Belief(posterior, belief.blamed, (*belief.steps, step))
@@ -97,23 +116,26 @@ def observe(belief: Belief, ran_on: Collection[str], failed: bool, settings: Loc
 
 def weigh(belief: Belief, ratios: Mapping[str, float], why: str) -> Belief:
     """Noisy evidence as per-node likelihood ratios (P(signal | culprit) / P(signal | not culprit))."""
-    raw = {n: p * (ratios.get(n, 1.0) if n != NONE else 1.0) for n, p in belief.posterior.items()}
+    raw = {h: p * math.prod(ratios.get(n, 1.0) for n in _members(h)) for h, p in belief.posterior.items()}
     return Belief(_normalise(raw), belief.blamed, (*belief.steps, why))
 
 
 def conclude(belief: Belief, settings: LocalizeSettings) -> tuple[Belief, str | None]:
-    """Blame the top node once it reaches ``blame_at``; the search restarts over the others."""
+    """Blame the top node once P(it is bad) reaches ``blame_at``; then condition on it being bad: each
+    hypothesis that includes it loses it (a pair becomes "the other one is bad too"), the rest go."""
     node, p = belief.top()
     if node == NONE or p < settings.blame_at:
         return belief, None
-    rest = {n: q for n, q in belief.posterior.items() if n != node}
-    # What the attempts said about the others is kept; only the culprit's share is given back, to "none"
-    # mostly (the failures are explained) and evenly to the rest as the prior of a second bad node.
-    rest[NONE] = rest.get(NONE, 0.0) + p * (1 - settings.prior_none)
-    others = [n for n in rest if n != NONE]
-    for n in others:
-        rest[n] += p * settings.prior_none / len(others)
-    step = f"blame {node}: posterior {p:.2f} >= {settings.blame_at:g}; excluded for good"
+    rest: dict[str, float] = {}
+    for h, q in belief.posterior.items():
+        members = _members(h)
+        if node in members:
+            left = PAIR.join(sorted(members - {node})) or NONE
+            rest[left] = rest.get(left, 0.0) + q
+    others = [n for n in belief.posterior if n not in (NONE, node) and PAIR not in n]
+    for n in others:  # a second bad node the pairs did not cover stays possible, at prior_none's share
+        rest[n] = rest.get(n, 0.0) + p * settings.prior_none / len(others)
+    step = f"blame {node}: P(bad) {p:.2f} >= {settings.blame_at:g}; excluded for good"
     return Belief(_normalise(rest), (*belief.blamed, node), (*belief.steps, step)), node
 
 
@@ -127,14 +149,15 @@ def choose(belief: Belief, nodes: Collection[str], settings: LocalizeSettings, c
     blamed = [n for n in belief.blamed if n in nodes]
     available = len(nodes) if capacity is None else capacity
     room = min(settings.spare_nodes, available - settings.min_nodes) - len(blamed)
-    ranked = sorted((n for n in nodes if n not in blamed), key=lambda n: (-belief.posterior.get(n, 0.0), n))
+    marginal = belief.marginals()
+    ranked = sorted((n for n in nodes if n not in blamed), key=lambda n: (-marginal.get(n, 0.0), n))
     best, best_gain = 0, -1.0
     for k in range(max(0, min(room, len(ranked) - 1)) + 1):
         gain = _gain(belief, set(ranked[:k]), settings)
         if gain > best_gain + 1e-12:
             best, best_gain = k, gain
     out = tuple(ranked[:best])
-    mass = sum(belief.posterior.get(n, 0.0) for n in out)
+    mass = sum(marginal.get(n, 0.0) for n in out)
     if not out:
         reason = "no experiment: " + ("no spare nodes left in the budget" if room <= 0 else "nothing to split")
     else:
@@ -148,9 +171,13 @@ def choose(belief: Belief, nodes: Collection[str], settings: LocalizeSettings, c
 def _gain(belief: Belief, excluded: set[str], settings: LocalizeSettings) -> float:
     """Mutual information between the culprit and the outcome of an attempt without ``excluded``."""
     p_in, p_out = settings.fail_if_present, settings.fail_if_absent
-    present = sum(p for n, p in belief.posterior.items() if n != NONE and n not in excluded and n not in belief.blamed)
+    present = sum(p for h, p in belief.posterior.items() if _members(h) - excluded - set(belief.blamed))
     p_fail = present * p_in + (1 - present) * p_out
     return _h(p_fail) - present * _h(p_in) - (1 - present) * _h(p_out)
+
+
+def _members(hypothesis: str) -> set[str]:
+    return set(hypothesis.split(PAIR)) if hypothesis else set()
 
 
 def _h(p: float) -> float:

@@ -98,3 +98,29 @@ def test_simulation_meets_the_goal_and_keeps_the_budget(tmp_path: Path) -> None:
     assert cell["restart"]["goodput_lost_h"]["mean"] > cell["trainguard"]["goodput_lost_h"]["mean"]
     assert result["goal"]["checked"]
     assert result["goal"]["precision_measured"] >= 0.85
+
+
+def test_pair_hypotheses_explain_two_bad_nodes_and_blaming_one_leaves_the_other() -> None:
+    settings = LocalizeSettings(prior_pair=0.3, suspect_weight=100)
+    belief = localize.start(NODES, {"n0", "n1", "n2", "n3"}, settings)
+    assert "n0+n1" in belief.posterior
+    assert sum(belief.posterior.values()) == pytest.approx(1.0)
+    # Without n0, n1 it fails; without n2, n3 it fails too: one culprit cannot explain both, a pair can.
+    for _ in range(2):
+        belief = localize.observe(belief, [n for n in NODES if n not in {"n0", "n1"}], True, settings)
+        belief = localize.observe(belief, [n for n in NODES if n not in {"n2", "n3"}], True, settings)
+    pairs = sum(p for h, p in belief.posterior.items() if "+" in h)
+    assert pairs > 0.5
+    # n0 and n2 bad: without n0 and n2 it runs clean, with only n2 back it fails.
+    belief = localize.observe(belief, [n for n in NODES if n not in {"n0", "n2"}], False, settings)
+    belief = localize.observe(belief, [n for n in NODES if n != "n0"], True, settings)
+    belief = localize.observe(belief, [n for n in NODES if n != "n2"], True, settings)
+    marginal = belief.marginals()
+    assert marginal["n0"] > marginal["n1"]
+    assert marginal["n2"] > marginal["n3"]
+    # Blaming one conditions on it: the pair's partner stays suspect, the other singles go.
+    blamed = localize.Belief({"n0+n2": 0.95, "n1": 0.03, NONE: 0.02})
+    after, culprit = localize.conclude(blamed, settings)
+    assert culprit == "n2"
+    assert after.marginals()["n0"] > 0.9
+    assert after.blamed == ("n2",)
