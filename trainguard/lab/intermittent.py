@@ -8,6 +8,9 @@ or time runs out, and counts the attempts and the goodput they cost.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Callable
 from typing import Any
@@ -76,7 +79,7 @@ def _follow(
         if len(steps) < NODES_PER_JOB or min(s for s, _ in steps.values()) < STEPS_BEFORE_FAULT:
             time.sleep(0.2)
             continue
-        _time_out_everyone(lab, job, steps)
+        _time_out_everyone(lab, job, attempt, nodes)
         faulted.add(attempt)
         down.append((attempt, time.time()))
         at = time.time() - t0
@@ -90,11 +93,20 @@ def _follow(
     result.productive_s = lost if faulted and not down else None
 
 
-def _time_out_everyone(lab: Lab, job: str, steps: dict[str, tuple[int, float]]) -> None:
+def _time_out_everyone(lab: Lab, job: str, attempt: int, nodes: list[str]) -> None:
+    """Every rank prints the same watchdog timeout, then all are killed at once (as the watchdog's abort
+    does): no rank lives on to print a follow-on error of its own."""
     control = lab.root / "control" / job
-    for rank in steps:
-        (control / f"line-r{rank}").write_text(TIMEOUT_LINE.format(rank=rank))
-        (control / f"die-r{rank}").write_text("1")
+    ranks = {node: lab.rank_on(job, attempt, node) for node in nodes}
+    lines = [control / f"line-r{state['identity']['rank']}" for state in ranks.values()]
+    for path in lines:
+        path.write_text(TIMEOUT_LINE.format(rank=path.name.removeprefix("line-r")))
+    deadline = time.time() + 5
+    while time.time() < deadline and any(path.exists() for path in lines):
+        time.sleep(0.05)  # each rank prints its line at its next step
+    for state in ranks.values():
+        with contextlib.suppress(ProcessLookupError, ValueError, KeyError):
+            os.kill(int(state["pid"]), signal.SIGKILL)
 
 
 def _running(lab: Lab, job: str) -> tuple[int | None, list[str]]:
