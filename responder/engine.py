@@ -33,7 +33,7 @@ from responder.clock import Clock
 from responder.metrics import ResponderMetrics
 from responder.model import Action, AuditRecord, FailureClass, Incident, Kind, Mode, Outcome, StoredAlert, new_id
 from responder.policy import Plan, plan
-from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError
+from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError, WorkloadState
 from responder.settings import Settings
 from responder.store import AuditStore, IngestResult, RecordQuery
 
@@ -259,7 +259,7 @@ class Engine:
                 if settings.enabled
                 else None
             )
-            if follow is None:
+            if follow is None or not self._still_running(cluster, workload):
                 continue
             mode = self.mode(cluster)
             counts = follow.plan.action != Action.NONE
@@ -269,6 +269,14 @@ class Engine:
             self._publish(record)
             written.append(record)
         return written
+
+    def _still_running(self, cluster: str, workload: str) -> bool:
+        """A clean run is evidence only while the workload runs: one cancelled or finished says nothing."""
+        try:
+            observed = self.scheduler.observe(cluster, workload)
+        except SchedulerError:
+            return False
+        return observed.state == WorkloadState.RUNNING
 
     def _check(
         self, cluster: str, mode: Mode, now: float, new_nodes: frozenset[str], counts_action: bool

@@ -11,10 +11,25 @@ from collections.abc import Callable
 from typing import Any
 
 from responder.clock import FakeClock
+from responder.schedulers.base import WorkloadObservation, WorkloadState
+from responder.schedulers.recording import RecordingScheduler
 from tests.conftest import Responder
 from trainguard.lab.payloads import alert, notification
 
 NODES = [f"n{i}" for i in range(8)]
+
+
+class Running(RecordingScheduler):
+    """The recording scheduler (records actions, calls nothing), with every workload still running."""
+
+    def __init__(self) -> None:
+        super().__init__(outcome="done")
+        self.state = WorkloadState.RUNNING
+
+    def observe(self, cluster: str, workload: str) -> WorkloadObservation:
+        return WorkloadObservation(workload=workload, state=self.state)
+
+
 BAD = "n5"
 
 
@@ -38,7 +53,9 @@ def _responder(make_responder: Callable[..., Responder], **localize: Any) -> Res
     policy = {"max_attempts": 30, "localize": {"spare_nodes": 4, "clean_after_s": 1800, **localize}}
     clusters = {"lab": {"mode": "act", "policy": policy}}
     # The breaker's node cap is tested elsewhere; here it would only interleave its refusals.
-    return make_responder(clock=FakeClock(1_800_000_000.0), clusters=clusters, breaker={"max_nodes_without_size": 16})
+    return make_responder(
+        Running(), clock=FakeClock(1_800_000_000.0), clusters=clusters, breaker={"max_nodes_without_size": 16}
+    )
 
 
 def _decide_and_act(r: Responder) -> list[dict[str, Any]]:
@@ -112,7 +129,14 @@ def test_without_probes_a_clean_run_is_recorded_and_nothing_restarts(make_respon
     decision = _run(r, 0, [])
     while BAD in [n for n in NODES if n not in decision["excluded_nodes"]]:
         decision = _next(r, decision)
-    clean = _next(r, decision)
+    assert isinstance(r.scheduler, Running)
+    assert isinstance(r.clock, FakeClock)
+    r.scheduler.state = WorkloadState.COMPLETED
+    r.clock.advance(3600)
+    assert r.engine.check_clean_runs() == []  # a workload that ended says nothing about its nodes
+    r.scheduler.state = WorkloadState.RUNNING
+    [written] = r.engine.check_clean_runs()
+    clean = written.to_json()
     assert clean["action"] == "none"
     assert clean["attribution"]["localization"]["failed"] is False
     assert "ran clean" in clean["reason"]
@@ -147,7 +171,7 @@ def test_the_lab_scenario_a_two_node_job_on_a_four_node_cluster(make_responder: 
     spares outside the nodes seen so far count (cluster ``nodes: 4``), so the job can be split."""
     policy = {"max_attempts": 12, "localize": {"spare_nodes": 2, "min_nodes": 2, "clean_after_s": 20}}
     lab = {"mode": "act", "nodes": 4, "policy": policy}
-    r = make_responder(clock=FakeClock(1_800_000_000.0), clusters={"lab": lab})
+    r = make_responder(Running(), clock=FakeClock(1_800_000_000.0), clusters={"lab": lab})
     cluster, bad = ["n1", "n2", "n3", "n4"], "n2"
 
     def attempt(number: int, excluded: list[str]) -> dict[str, Any]:
