@@ -16,7 +16,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from responder import api, console, console_goodput
+from responder import api, api_goodput, console, console_goodput
 from responder.attribution import Enricher
 from responder.clock import Clock
 from responder.engine import Engine
@@ -61,7 +61,7 @@ def create_app(
             yield
 
     app = Starlette(
-        routes=[*api.ROUTES, *console.ROUTES, *console_goodput.ROUTES],
+        routes=[*api.ROUTES, *api_goodput.ROUTES, *console.ROUTES, *console_goodput.ROUTES],
         lifespan=lifespan,
         exception_handlers={ResponderError: api.responder_error, HTTPException: api.http_error},  # type: ignore[dict-item]
     )

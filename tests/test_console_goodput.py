@@ -31,6 +31,12 @@ def test_goodput_page_shows_lost_time_and_ettr_per_workload(make_responder: Call
     assert "<td><strong>4242</strong></td>" in text
     assert "xid_79 10.2s" in text
     assert 'href="/console/goodput"' in text  # in the navigation
+    [cluster] = r.client.get("/v1/goodput").json()["clusters"]
+    assert cluster["cluster"] == "lab"
+    assert cluster["ettr"] == pytest.approx(0.898)
+    assert cluster["lost_by_cause_s"] == {"xid_79": pytest.approx(10.2)}
+    assert [w["name"] for w in cluster["workloads"]] == ["4242"]
+    assert r.client.get("/v1/goodput", params={"cluster": "no such/cluster"}).status_code == 400
     labels = {"cluster": "lab", "cause": "xid_79"}
     assert r.metric("trainguard_responder_goodput_lost_seconds_total", labels) == pytest.approx(10.2)
 
