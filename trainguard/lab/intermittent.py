@@ -25,11 +25,12 @@ TIMEOUT_LINE = (
     "operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
     "600060 milliseconds before timing out."
 )
-# Experiments on a 4-node lab with a 2-node job: at most 2 nodes out, a clean run after 20 s, and room
-# for the attempts a search takes.
+# Experiments on a 4-node lab with a 2-node job: at most 2 nodes out, a clean run after 20 s, a probe
+# restart when a clean run leaves the search open (the lab cannot wait for restarts that happen anyway),
+# and room for the attempts a search takes.
 POLICY: dict[str, Any] = {
     "max_attempts": 12,
-    "localize": {"spare_nodes": 2, "min_nodes": 2, "clean_after_s": 20, "probe": False},
+    "localize": {"spare_nodes": 2, "min_nodes": 2, "clean_after_s": 20, "probe": True},
 }
 NODES_PER_JOB = 2
 STEPS_BEFORE_FAULT = 8
