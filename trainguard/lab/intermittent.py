@@ -58,6 +58,7 @@ def _follow(
     say: Callable[[str], None],
 ) -> None:  # fmt: skip
     faulted: set[int] = set()
+    checkpoints: dict[int, int] = {}  # attempt -> the newest checkpoint when it was first seen running
     down: list[tuple[int, float]] = []  # (failed attempt, when); downtime ends at the next attempt's first step
     lost = 0.0
     while time.time() - t0 < timeout_s:
@@ -77,7 +78,11 @@ def _follow(
             time.sleep(0.5)
             continue
         steps = lab.steps(job, attempt)
-        if len(steps) < NODES_PER_JOB or min(s for s, _ in steps.values()) < STEPS_BEFORE_FAULT:
+        floor = checkpoints.setdefault(attempt, lab.checkpoint_step(job) or 0)
+        newest = lab.checkpoint_step(job) or 0
+        # Each attempt first writes a newer checkpoint: an intermittent fault lets training progress, and
+        # attempts without one would rightly be stopped as unproductive (policy no_progress).
+        if len(steps) < NODES_PER_JOB or min(s for s, _ in steps.values()) < STEPS_BEFORE_FAULT or newest <= floor:
             time.sleep(0.2)
             continue
         _time_out_everyone(lab, job, attempt, nodes)
