@@ -237,7 +237,7 @@ class Engine:
         query = RecordQuery(cluster=incident.cluster, workload=incident.workload, kind=Kind.DECISION.value,
                             limit=experiments.HISTORY)  # fmt: skip
         hosts = {a.labels.get("host", "") for a in alerts} | {p.host for p in context.progress}
-        ran_on = experiments.allocation(verdict, hosts - {""}, ())
+        ran_on = experiments.allocation(verdict, hosts - {""}, self._allocation(incident))
         history = self.store.records(query)
         capacity = self.settings.cluster(incident.cluster).nodes
         return experiments.design(verdict, chosen, ran_on, history, carried, settings, capacity)
@@ -269,6 +269,16 @@ class Engine:
             self._publish(record)
             written.append(record)
         return written
+
+    def _allocation(self, incident: Incident) -> tuple[str, ...]:
+        """The nodes the failed attempt ran on, from the scheduler (act mode only: monitor mode calls no
+        scheduler). The alerts alone can miss a node whose rank died before it could report."""
+        if self.mode(incident.cluster) != Mode.ACT:
+            return ()
+        try:
+            return self.scheduler.observe(incident.cluster, incident.workload).nodes
+        except SchedulerError:
+            return ()
 
     def _still_running(self, cluster: str, workload: str) -> bool:
         """A clean run is evidence only while the workload runs: one cancelled or finished says nothing."""

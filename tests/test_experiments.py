@@ -25,9 +25,10 @@ class Running(RecordingScheduler):
     def __init__(self) -> None:
         super().__init__(outcome="done")
         self.state = WorkloadState.RUNNING
+        self.nodes: tuple[str, ...] = ()  # the scheduler's view of the allocation (empty: it cannot say)
 
     def observe(self, cluster: str, workload: str) -> WorkloadObservation:
-        return WorkloadObservation(workload=workload, state=self.state)
+        return WorkloadObservation(workload=workload, state=self.state, nodes=self.nodes)
 
 
 BAD = "n5"
@@ -200,3 +201,18 @@ def test_the_lab_scenario_a_two_node_job_on_a_four_node_cluster(make_responder: 
         decision = attempt(number, decision["excluded_nodes"])
     assert decision["attribution"]["localization"]["blamed"] == [bad]
     assert number <= 4
+
+
+def test_the_schedulers_allocation_beats_the_alerts_hosts(make_responder: Callable[..., Responder]) -> None:
+    """In the lab a rank killed at once may not report before the decision: the alerts then name one
+    host of two. The allocation comes from the scheduler (act mode), so the silent node stays a suspect."""
+    r = _responder(make_responder)
+    assert isinstance(r.scheduler, Running)
+    r.scheduler.nodes = ("n1", "n2")
+    decision = _run(r, 0, [])
+    assert decision["attribution"]["localization"]["ran_on"] == ["n1", "n2"]
+    assert r.post(_timeouts(1, ["n1"])).status_code == 200  # n2's rank said nothing this time
+    [second] = [d for d in _decide_and_act(r) if d["attempt"] == "1"]
+    section = second["attribution"]["localization"]
+    assert section["ran_on"] == ["n1", "n2"]
+    assert section["blamed"] == []  # one host's silence is no evidence against the other
