@@ -11,6 +11,13 @@ report with a plot goes beside it.
   decision:  that alert -> decision recorded (the 1 s correlation window included)
   action:    decision -> Slurm action verified by a fresh squeue (act mode)
   productive: fault -> first training step of the next attempt (act mode, requeue actions)
+  goodput:   per class, goodput lost per incident (fault -> productive again + work since the checkpoint)
+             and ETTR over the trials' observed spans (training before the fault through productive again)
+
+The class `intermittent` (trainguard/lab/intermittent.py, full run or --classes) is a multi-attempt
+trial: one node makes every attempt it is in time out on every rank; the responder must find it
+through restarts. Every trial runs under that module's POLICY (restarts as experiments within 2 spare
+nodes, a clean run after 20 s, a probe restart after a clean run that settles nothing).
 
 `--corpus net-001,gpu-035` replays those cases of tests/data/corpus/*.jsonl as the target rank's real
 log output (or its node's kernel log), one fault class `corpus:<id>` each, expected decision from the
@@ -31,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from responder import goodput
 from trainguard.lab.faults import (
     CORPUS_PREFIX,
     FAULTS,
@@ -42,10 +50,12 @@ from trainguard.lab.faults import (
     run_two_jobs,
     summarise,
 )
+from trainguard.lab.intermittent import POLICY, run_intermittent
 from trainguard.lab.slurm import Lab, LabError, missing_requirements
 
 ROOT = Path(__file__).resolve().parent.parent
 
+SPECIAL = ("two_jobs", "intermittent")  # classes with their own runner (several jobs, several attempts)
 TARGETS = {"detection": 2.0, "decision": 1.5, "action": 1.0, "productive": 30.0, "precision": 0.95, "recall": 0.95}
 
 
@@ -78,8 +88,28 @@ def aggregate(trials: list[TrialResult]) -> dict[str, Any]:
         "fault_trials": len(faults),
         "false_actions_healthy": sum(t.decisions for t in trials if t.fault == "healthy"),
         "healthy_trials": sum(t.fault == "healthy" for t in trials),
+        "goodput": goodput_summary(faults),
     }
     return out
+
+
+def goodput_summary(faults: list[TrialResult]) -> dict[str, Any]:
+    """Goodput lost per incident (fault -> productive again, plus the work since the checkpoint) and
+    ETTR over the trials' observed spans (training before the fault through productive again)."""
+    costs = [(t, goodput.incident(t.fault, 0.0, t.productive_s, t.step_at_fault, t.checkpoint_step, t.step_s))
+             for t in faults]  # fmt: skip
+    spanned = [(t, g) for t, g in costs if t.trained_s is not None and g.lost_s is not None]
+    span = sum((t.trained_s or 0.0) + (t.productive_s or 0.0) for t, _ in spanned)
+    ratio = goodput.ettr(span, [g for _, g in spanned]) if span > 0 else None
+    return {
+        "ettr": None if ratio is None else round(ratio, 3),
+        "span_s": round(span, 1),
+        "goodput_lost_s": summarise([g.lost_s for _, g in costs if g.lost_s is not None]),
+        "time_lost_s": summarise([g.time_lost_s for _, g in costs if g.time_lost_s is not None]),
+        "work_lost_s": summarise([g.work_lost_s for _, g in costs if g.work_lost_s is not None]),
+        "lost_by_cause_s": {k: round(v, 1) for k, v in goodput.lost_by_cause(g for _, g in costs).items()},
+        "attempts": sum(g.attempts for _, g in costs),
+    }
 
 
 def per_class(trials: list[TrialResult]) -> dict[str, Any]:
@@ -130,12 +160,13 @@ def markdown(result: dict[str, Any], png: Path | None) -> str:
         return "—" if not stat else f"{stat['median']:.2f} / {stat['p95']:.2f} / {stat['max']:.2f}"
 
     lines = [f"# trainguard lab benchmark ({result['run']})", "", f"{result['machine']['summary']}", "",
-             "| class | trials | correct | detection | decision | action | productive |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+             "| class | trials | correct | detection | decision | action | productive | ETTR | goodput lost |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for name, c in result["per_class"].items():
         lines.append(
             f"| {name} | {c['trials']} | {c['correct_actions']}/{c['fault_trials']} | {cell(c['detection_latency_s'])} "
-            f"| {cell(c['decision_latency_s'])} | {cell(c['action_latency_s'])} | {cell(c['time_to_productive_s'])} |"
+            f"| {cell(c['decision_latency_s'])} | {cell(c['action_latency_s'])} | {cell(c['time_to_productive_s'])} "
+            f"| {_ettr(c)} | {cell(c.get('goodput', {}).get('goodput_lost_s'))} |"
         )
     lines += ["", "Cells: median / p95 / max seconds.", "", "| overall | value | target |", "| --- | --- | --- |"]
     for key, target in (("detection_latency_s", "median ≤ 2 s"), ("decision_latency_s", "median ≤ 1.5 s"),
@@ -144,6 +175,7 @@ def markdown(result: dict[str, Any], png: Path | None) -> str:
     lines += [
         f"| attribution_precision | {result['attribution_precision']} | ≥ 0.95 |",
         f"| attribution_recall | {result['attribution_recall']} | ≥ 0.95 |",
+        f"| ETTR (observed spans) | {_ettr(result)} | — |",
         f"| false_actions_healthy | {result['false_actions_healthy']} | 0 |",
     ]
     lines += ["", "## Where the time goes", ""] + [f"- {n}" for n in notes(result)]
@@ -152,6 +184,11 @@ def markdown(result: dict[str, Any], png: Path | None) -> str:
     if png is not None:
         lines += ["", f"![latencies]({png.name})"]
     return "\n".join(lines) + "\n"
+
+
+def _ettr(c: dict[str, Any]) -> str:
+    value = c.get("goodput", {}).get("ettr")
+    return "—" if value is None else f"{value:.3f}"
 
 
 def plot(trials: list[TrialResult], path: Path) -> Path | None:
@@ -208,7 +245,7 @@ def main() -> int:
         return 2
     corpus = [f"{CORPUS_PREFIX}{i.strip()}" for i in (args.corpus or "").split(",") if i.strip()]
     try:
-        faults = {c: fault_named(c) for c in [*(args.classes or []), *corpus] if c != "two_jobs"}
+        faults = {c: fault_named(c) for c in [*(args.classes or []), *corpus] if c not in SPECIAL}
         cases = [load_corpus_case(c.removeprefix(CORPUS_PREFIX)) for c in faults if c.startswith(CORPUS_PREFIX)]
     except LabError as exc:
         parser.error(str(exc))
@@ -220,13 +257,21 @@ def main() -> int:
     elif corpus and not args.classes:
         plan = [(c, "act") for c in corpus for _ in range(args.trials)]
     else:
-        classes = (args.classes or [*(c for c in FAULTS if c != "healthy"), "two_jobs"]) + corpus
-        plan = [(c, m) for m in ("act", "monitor") for c in classes for _ in range(args.trials)]
+        classes = (args.classes or [*(c for c in FAULTS if c != "healthy"), *SPECIAL]) + corpus
+        plan = [
+            (c, m)
+            for m in ("act", "monitor")
+            for c in classes
+            for _ in range(args.trials)
+            if not (c == "intermittent" and m == "monitor")
+        ]  # a planned split never runs: act mode only
         plan += [("healthy", m) for m in ("act", "monitor") for _ in range(args.trials)]
     trials: list[TrialResult] = []
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-bench-"))
-    lab = Lab(workdir, mode="act", fast_path=args.fast_path, say=lambda m: print(f"[lab] {m}", flush=True))
+    lab = Lab(
+        workdir, mode="act", fast_path=args.fast_path, policy=POLICY, say=lambda m: print(f"[lab] {m}", flush=True)
+    )
     try:
         with lab.running():
             for i, (fault, mode) in enumerate(plan, 1):
@@ -236,6 +281,8 @@ def main() -> int:
                       flush=True)  # fmt: skip
                 if fault == "two_jobs":
                     trials += run_two_jobs(lab, FAULTS["xid"], say=lambda m: print(m, flush=True))
+                elif fault == "intermittent":
+                    trials.append(run_intermittent(lab, say=lambda m: print(m, flush=True)))
                 else:
                     chosen = faults.get(fault) or FAULTS[fault]
                     trials.append(run_trial(lab, chosen, say=lambda m: print(m, flush=True)))

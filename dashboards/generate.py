@@ -158,11 +158,25 @@ def fleet() -> Json:
             prom("sum(trainguard_responder_loki_spool_files)", "spooled batches"),
         ], "Audit records mirrored to Loki: pushed, spooled during an outage, dropped past the spool bound.", w=8),
     ])  # fmt: skip
+    nodes = Row("Nodes and goodput", [
+        bargauge("Node suspicion (top 10)", [prom(
+            f"topk(10, max by (cluster, node) (trainguard_node_suspicion{{{CLUSTER}}}))", "{{node}} ({{cluster}})",
+            instant=True)],
+            "Probability that the node is bad: a prior, each implication's likelihood ratio, clean runs, fading "
+            "with time (docs/decisions.md).", unit="percentunit", maximum=1, w=12,
+            thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 0.2},
+                        {"color": "red", "value": 0.5}]),
+        bargauge("Goodput lost by cause", [prom(
+            f"sum by (cause) (increase(trainguard_responder_goodput_lost_seconds_total{{{CLUSTER}}}[$__range]))",
+            "{{cause}}", instant=True)],
+            "Seconds lost per restart decision in the time range: fault to restart ordered plus the work since the "
+            "last checkpoint; the console's Goodput page has ETTR per workload.", unit="s", w=12),
+    ])  # fmt: skip
     return dashboard(
         "trainguard-fleet", "trainguard / Fleet",
         "Every workload trainguard watches, the incidents and decisions of the responder, their latency, the "
         "circuit breaker and review precision.",
-        _variables(_cluster_var()), [overview, safety, decisions, latency, review],
+        _variables(_cluster_var()), [overview, safety, decisions, latency, review, nodes],
     )  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from responder import api, approval_api, console, console_approval
+from responder import api, api_goodput, approval_api, console, console_approval, console_goodput
 from responder.alertmanager import AlertmanagerClient
 from responder.attribution import Enricher
 from responder.clock import Clock
@@ -77,7 +77,14 @@ def create_app(
                 await run_in_threadpool(signals.stop)
 
     app = Starlette(
-        routes=[*api.ROUTES, *approval_api.ROUTES, *console_approval.ROUTES, *console.ROUTES],
+        routes=[
+            *api.ROUTES,
+            *approval_api.ROUTES,
+            *api_goodput.ROUTES,
+            *console_approval.ROUTES,
+            *console.ROUTES,
+            *console_goodput.ROUTES,
+        ],
         lifespan=lifespan,
         exception_handlers={ResponderError: api.responder_error, HTTPException: api.http_error},  # type: ignore[dict-item]
     )

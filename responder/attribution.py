@@ -300,3 +300,9 @@ class NoEnrichment:
 
     def close(self) -> None:
         pass
+
+
+def checkpoint_step(context: Context, attempt: str) -> float | None:
+    """The newest checkpoint step of ``attempt`` that enrichment found (None: unknown)."""
+    progress = context.attempts.get(int(attempt)) if attempt.isdigit() else None
+    return progress.checkpoint_step if progress is not None else None

@@ -34,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from responder import breaker, isolation
+from responder import breaker, experiments, isolation
 from responder.auth import operator_identity, read_capped
 from responder.clock import rfc3339
 from responder.errors import PayloadTooLarge, ResponderError
@@ -48,7 +48,8 @@ RECENT = 500  # records read for the overview's workloads and incidents
 MAX_FORM_BYTES = 4096
 _VOID = frozenset({"input", "br", "meta", "link", "img"})
 _STANDING_BADGE = {"drain recorded": "bad", "drain due": "bad", "watch": "warn", "faded": "ok"}
-PAGES = (("/console", "Overview"), ("/console/decisions", "Decisions"), ("/console/nodes", "Node ledger"))
+PAGES = (("/console", "Overview"), ("/console/decisions", "Decisions"), ("/console/nodes", "Node ledger"),
+         ("/console/goodput", "Goodput"))  # fmt: skip
 
 
 class Html(str):
@@ -325,6 +326,8 @@ def _ledger_section(svc: Services, cluster: str, now: float) -> Html | None:
     scores = isolation.reputation(svc.store, cluster, now, ledger)
     if not scores:
         return None
+    clean = experiments.clean_nodes(svc.store.records(RecordQuery(cluster=cluster, kind="decision", limit=1000)))
+    suspicion = isolation.node_suspicion(svc.store, cluster, now, ledger, clean)
     last_seen: dict[str, float] = {}
     for node, at, _ in svc.store.implications_since(cluster, now - 10 * ledger.reputation_half_life_s):
         last_seen[node] = max(last_seen.get(node, 0.0), at)
@@ -334,11 +337,13 @@ def _ledger_section(svc: Services, cluster: str, now: float) -> Html | None:
         workloads = ranked.workloads
         state = badge(ranked.state, _STANDING_BADGE[ranked.state])
         rows.append(tag("tr", join([
-            tag("td", tag("strong", node)), tag("td", f"{score:.2f}", class_="num"),
+            tag("td", tag("strong", node)), tag("td", f"{suspicion.get(node, 0.0):.3f}", class_="num"),
+            tag("td", f"{score:.2f}", class_="num"),
             tag("td", str(len(workloads)), class_="num"), tag("td", ", ".join(workloads)),
             tag("td", when(last_seen.get(node))), tag("td", state),
         ])))  # fmt: skip
-    head = join(tag("th", h) for h in ("Node", "Reputation", "Workloads", "Which", "Last implicated", "State"))
+    head = join(tag("th", h) for h in ("Node", "Suspicion", "Reputation", "Workloads", "Which", "Last implicated",
+                                       "State"))  # fmt: skip
     return tag("section", join([
         tag("h2", f"Cluster {cluster}"),
         tag("table", join([tag("thead", tag("tr", head)), tag("tbody", join(rows))])),

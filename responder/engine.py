@@ -18,57 +18,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Protocol
 
 from anyio import to_thread
 
-from responder import approval, breaker, isolation
+from responder import approval, breaker, experiments, goodput, isolation
 from responder.alerts import ClassifiedAlert, Notification, classify
-from responder.approval import ApprovalSettings
-from responder.attribution import Context, Enricher, NoEnrichment, Verdict, attribute
-from responder.breaker import BreakerCheck, BreakerSettings
+from responder.attribution import Context, Enricher, NoEnrichment, Verdict, attribute, checkpoint_step
+from responder.breaker import BreakerCheck
 from responder.clock import Clock, SystemClock
-from responder.isolation import LedgerSettings
+from responder.decision_record import RecordBuilder
+from responder.engine_config import EngineConfig
 from responder.metrics import ResponderMetrics
 from responder.model import Action, AuditRecord, FailureClass, Incident, Kind, Mode, Outcome, StoredAlert, new_id
-from responder.policy import PolicySettings, plan
-from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError
+from responder.policy import Plan, plan
+from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError, WorkloadState
 from responder.store import AuditStore, IngestResult, RecordQuery
 from responder.supervisor import LoopHealth, retry
 
 log = logging.getLogger(__name__)
-
-
-class ClusterConfig(Protocol):
-    """What the engine reads of one cluster's settings (``responder.settings.ClusterSettings``)."""
-
-    @property
-    def mode(self) -> Mode: ...
-    @property
-    def nodes(self) -> int | None: ...
-    @property
-    def policy(self) -> PolicySettings: ...
-    @property
-    def approval(self) -> ApprovalSettings: ...
-
-
-class EngineConfig(Protocol):
-    """What the engine reads of the settings (``responder.settings.Settings``): the edge passes them in."""
-
-    @property
-    def correlation_window_s(self) -> float: ...
-    @property
-    def breaker(self) -> BreakerSettings: ...
-    @property
-    def ledger(self) -> LedgerSettings: ...
-    @property
-    def loop_stall_after_s(self) -> float: ...
-    @property
-    def clusters(self) -> Mapping[str, object]: ...
-    def cluster(self, name: str) -> ClusterConfig: ...
 
 
 MAX_CONCURRENT_ACTIONS = 8
@@ -83,6 +54,7 @@ def precreate_failed(metrics: ResponderMetrics, cluster: str) -> None:
 
 RETRY_DECISION_S = 5.0
 DECIDE_BATCH = 32  # incidents per commit: one fsync for many, the lock never held long
+CLEAN_CHECK_S = 5.0  # how often experiments that may have run clean are looked at
 
 
 class Engine:
@@ -107,6 +79,7 @@ class Engine:
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
         # Wall-clock time, not the injected clock: a stall is real time without progress.
         self.health = LoopHealth(SystemClock(), metrics.registry, settings.loop_stall_after_s)
+        self._clean_checked = 0.0  # when experiments that may have run clean were last looked at
         # Called with every audit record once written or updated (the Loki mirror, the console's live
         # view). A sink must return at once and never raise into the engine: it queues its work.
         self.sinks: list[Callable[[AuditRecord], None]] = []
@@ -140,6 +113,11 @@ class Engine:
             is_open = breaker.is_open(self.store, cluster, now, self.settings.breaker)
             self.metrics.breaker_open.labels(self.label(cluster)).set(1 if is_open else 0)
         self.metrics.open_incidents.set(self.store.open_incident_count())
+        records = self.store.records(RecordQuery(kind=Kind.DECISION.value, limit=1000))
+        for cluster in set(self.settings.clusters) | set(self.store.modes()) | {r.cluster for r in records}:
+            clean = experiments.clean_nodes(r for r in records if r.cluster == cluster)
+            for node, p in isolation.node_suspicion(self.store, cluster, now, self.settings.ledger, clean).items():
+                self.metrics.node_suspicion.labels(cluster, node).set(p)
 
     # -- ingest ---------------------------------------------------------------------------------
 
@@ -248,12 +226,25 @@ class Engine:
         chosen = plan(
             verdict, incident.attempt or None, cluster_settings.policy, carried, severities - {""}, context.attempts
         )
-        base = _Base(incident, alerts, verdict, mode, now)
+        experiment = self._experiment(incident, alerts, verdict, context, chosen, carried)
+        if experiment is not None:
+            chosen = experiment.plan
+            if experiment.blamed:
+                scores = verdict.scores | dict.fromkeys(experiment.blamed, 1.0)
+                verdict = dataclasses.replace(verdict, implicated=experiment.blamed, scores=scores)
+        base = RecordBuilder(incident, alerts, verdict, mode, now)
 
         records = []
         new_nodes = frozenset(chosen.excluded_nodes) - carried
         safety = self._check(incident.cluster, mode, now, new_nodes, counts_action=chosen.action != Action.NONE)
         records.append(base.record(chosen.action, chosen.reason, chosen.excluded_nodes, safety))
+        if experiment is not None:
+            records[0].attribution["localization"] = experiment.section
+        records[0].attribution["goodput"] = goodput.section(
+            [p.step for p in context.progress],
+            [p.step_duration for p in context.progress if p.step_duration],
+            checkpoint_step(context, incident.attempt),
+        )
         if verdict.implicated and safety.allowed:
             for candidate in isolation.drain_candidates(
                 self.store, incident.cluster, incident.workload, verdict.implicated, now, self.settings.ledger
@@ -285,11 +276,76 @@ class Engine:
             self.metrics.decisions.labels(self.label(record.cluster), record.action, record.mode, record.outcome).inc()
             if record.received_at is not None:
                 self.metrics.decision_latency.observe(max(0.0, record.decided_at - record.received_at))
+            cost = goodput.from_record(record)
+            if cost is not None and cost.lost_s is not None:
+                self.metrics.goodput_lost.labels(record.cluster, cost.cause).inc(cost.lost_s)
             log.info(
                 "decision %s: %s %s/%s attempt %s -> %s (%s): %s",
                 record.id, record.mode, record.cluster, record.workload, record.attempt, record.action,
                 record.outcome, record.reason,
             )  # fmt: skip
+
+    def _experiment(
+        self, incident: Incident, alerts: Sequence[StoredAlert], verdict: Verdict, context: Context,
+        chosen: Plan, carried: set[str],
+    ) -> experiments.Experiment | None:  # fmt: skip
+        """The restart as an experiment (``responder.experiments``) when the evidence names no node."""
+        settings = self.settings.cluster(incident.cluster).policy.localize
+        if not experiments.applies(verdict, chosen, settings):
+            return None
+        query = RecordQuery(cluster=incident.cluster, workload=incident.workload, kind=Kind.DECISION.value,
+                            limit=experiments.HISTORY)  # fmt: skip
+        hosts = {a.labels.get("host", "") for a in alerts} | {p.host for p in context.progress}
+        ran_on = experiments.allocation(verdict, hosts - {""}, self._allocation(incident))
+        history = self.store.records(query)
+        capacity = self.settings.cluster(incident.cluster).nodes
+        return experiments.design(verdict, chosen, ran_on, history, carried, settings, capacity)
+
+    def check_clean_runs(self) -> list[AuditRecord]:
+        """Experiments that ran ``clean_after_s`` without failing: a follow-up record each (maybe a probe)."""
+        now = self.clock.now()
+        newest: dict[tuple[str, str], AuditRecord] = {}
+        for r in self.store.records(RecordQuery(kind=Kind.DECISION.value, since=now - 7 * 86400, limit=1000)):
+            if r.action != Action.DRAIN_NODE:  # the newest decision of each workload: an experiment or not
+                newest.setdefault((r.cluster, r.workload), r)
+        written = []
+        for (cluster, workload), latest in newest.items():
+            settings = self.settings.cluster(cluster).policy.localize
+            query = RecordQuery(cluster=cluster, workload=workload, kind=Kind.DECISION.value, limit=experiments.HISTORY)
+            capacity = self.settings.cluster(cluster).nodes
+            follow = (
+                experiments.clean_run(latest, self.store.records(query), now, settings, capacity)
+                if settings.enabled
+                else None
+            )
+            if follow is None or not self._still_running(cluster, workload):
+                continue
+            mode = self.mode(cluster)
+            counts = follow.plan.action != Action.NONE
+            safety = self._check(cluster, mode, now, frozenset(follow.plan.excluded_nodes), counts_action=counts)
+            record = experiments.follow_up(latest, follow, mode, now, safety.allowed, safety.reason)
+            self.store.add_record(record)
+            self._publish(record)
+            written.append(record)
+        return written
+
+    def _allocation(self, incident: Incident) -> tuple[str, ...]:
+        """The nodes the failed attempt ran on, from the scheduler (act mode only: monitor mode calls no
+        scheduler). The alerts alone can miss a node whose rank died before it could report."""
+        if self.mode(incident.cluster) != Mode.ACT:
+            return ()
+        try:
+            return self.scheduler.observe(incident.cluster, incident.workload).nodes
+        except SchedulerError:
+            return ()
+
+    def _still_running(self, cluster: str, workload: str) -> bool:
+        """A clean run is evidence only while the workload runs: one cancelled or finished says nothing."""
+        try:
+            observed = self.scheduler.observe(cluster, workload)
+        except SchedulerError:
+            return False
+        return observed.state == WorkloadState.RUNNING
 
     def _check(
         self, cluster: str, mode: Mode, now: float, new_nodes: frozenset[str], counts_action: bool
@@ -406,6 +462,11 @@ class Engine:
 
     async def _pass(self) -> None:
         await to_thread.run_sync(self.expire_due)  # approve mode's waits, checked every second at most
+        if self.clock.now() - self._clean_checked >= CLEAN_CHECK_S:
+            self._clean_checked = self.clock.now()
+            for record in await to_thread.run_sync(self.check_clean_runs):
+                if record.outcome == Outcome.PENDING:
+                    self._spawn(record)
         deadline = await to_thread.run_sync(self.store.next_deadline)
         delay = 1.0 if deadline is None else min(1.0, deadline - self.clock.now())
         if delay > 0:
@@ -433,65 +494,6 @@ class Engine:
         """Wait for in-flight actions (used at shutdown and by tests)."""
         if self._actions:
             await asyncio.gather(*self._actions, return_exceptions=True)
-
-
-class _Base:
-    """Builds the records of one incident from the parts they share."""
-
-    def __init__(
-        self, incident: Incident, alerts: Sequence[StoredAlert], verdict: Verdict, mode: Mode, now: float
-    ) -> None:
-        self.incident = incident
-        self.alerts = alerts
-        self.verdict = verdict
-        self.mode = mode
-        self.now = now
-
-    def record(
-        self,
-        action: Action,
-        reason: str,
-        excluded: tuple[str, ...],
-        safety: BreakerCheck,
-        node: str | None = None,
-    ) -> AuditRecord:
-        inc, verdict = self.incident, self.verdict
-        if action == Action.NONE:
-            outcome = Outcome.SKIPPED
-        elif not safety.allowed:
-            outcome, reason = Outcome.SKIPPED, f"{safety.reason} (wanted: {action.value}, because {reason})"
-        else:
-            outcome = Outcome.PENDING if self.mode in (Mode.ACT, Mode.APPROVE) else Outcome.PLANNED
-        return AuditRecord(
-            id=new_id("dec"),
-            kind=Kind.DECISION,
-            time=self.now,
-            cluster=inc.cluster,
-            workload=inc.workload,
-            scheduler=inc.scheduler,
-            attempt=inc.attempt or None,
-            incident_id=inc.id,
-            patterns=list(verdict.patterns),
-            evidence=[a.evidence() for a in self.alerts[:200]],
-            failure_class=verdict.failure_class,
-            implicated_nodes=[node] if node else list(verdict.implicated),
-            action=action,
-            excluded_nodes=list(excluded),
-            mode=self.mode,
-            outcome=outcome,
-            reason=reason,
-            detected_at=min((a.starts_at_ts for a in self.alerts), default=None),
-            received_at=min((a.received_at for a in self.alerts), default=None),
-            decided_at=self.now,
-            node=node,
-            attribution={
-                "summary": verdict.summary,
-                "scores": verdict.scores,
-                "explanation": list(verdict.explanation),
-                "alerts": len(self.alerts),
-            },
-            safety={"breaker": safety.reason or "ok", "allowed": safety.allowed, "tripped": safety.tripped},
-        )
 
 
 def _ts(value: datetime | None) -> float | None:

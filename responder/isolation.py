@@ -8,11 +8,13 @@ recommends draining a node once enough distinct workloads implicated it within a
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from responder.store import LedgerStore
+from responder.suspicion import SuspicionSettings, suspicion
 
 
 class LedgerSettings(BaseModel):
@@ -23,6 +25,7 @@ class LedgerSettings(BaseModel):
     drain_after_workloads: int = Field(2, ge=1, description="recommend drain after this many workloads")
     drain_window_s: float = Field(86400.0, gt=0, description="...implicated the node within this window")
     reputation_half_life_s: float = Field(86400.0, gt=0, description="how fast old implications fade")
+    suspicion: SuspicionSettings = Field(default_factory=SuspicionSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,17 @@ def reputation(store: LedgerStore, cluster: str, now: float, ledger: LedgerSetti
     for node, when, weight in store.implications_since(cluster, horizon):
         scores[node] += weight * 0.5 ** (max(0.0, now - when) / ledger.reputation_half_life_s)
     return dict(scores)
+
+
+def node_suspicion(
+    store: LedgerStore, cluster: str, now: float, ledger: LedgerSettings, clean: Iterable[tuple[str, float]] = (),
+    extra: Iterable[tuple[str, float, float]] = (),
+) -> dict[str, float]:  # fmt: skip
+    """Each implicated node's probability of being bad (``responder.suspicion``); ``extra``: implications
+    not stored yet (the incident being decided), ``clean``: clean runs ``(node, when)``."""
+    horizon = now - 10 * ledger.suspicion.half_life_s
+    found = [*store.implications_since(cluster, horizon), *extra]
+    return suspicion(found, clean, now, ledger.suspicion)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +86,18 @@ def standing(
 def drain_candidates(
     store: LedgerStore, cluster: str, workload: str, implicated: tuple[str, ...], now: float, ledger: LedgerSettings
 ) -> list[DrainCandidate]:
-    """Implicated nodes that enough distinct workloads blamed within the window (this one included)."""
+    """Implicated nodes that enough distinct workloads blamed within the window (this one included), or,
+    with ``suspicion.drain_at`` set, whose suspicion (this implication included) reached it."""
     out = []
+    threshold = ledger.suspicion.drain_at
+    if threshold is not None:
+        probs = node_suspicion(store, cluster, now, ledger, extra=[(n, now, 1.0) for n in implicated])
+        since = now - ledger.drain_window_s
+        for node in implicated:
+            if probs.get(node, 0.0) >= threshold and not store.drain_recorded_since(cluster, node, since):
+                workloads = store.node_workloads_since(cluster, node, since) | {workload}
+                out.append(DrainCandidate(node, tuple(sorted(workloads))))
+        return out
     for node in implicated:
         ranked = standing(store, cluster, node, now, ledger, workload)
         if ranked.drain_due:

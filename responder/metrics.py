@@ -79,3 +79,19 @@ class ResponderMetrics:
         self.reviewed = Gauge(
             "trainguard_responder_reviewed_decisions", "Reviewed decisions per pattern", ["pattern"], registry=registry
         )
+        self._localization(registry)
+
+    def _localization(self, registry: CollectorRegistry) -> None:
+        """Node suspicion and goodput (docs/decisions.md)."""
+        self.node_suspicion = Gauge(
+            "trainguard_node_suspicion",
+            "Probability that the node is bad (prior, implications, clean runs, with decay): docs/decisions.md",
+            ["cluster", "node"],
+            registry=registry,
+        )
+        self.goodput_lost = Counter(
+            "trainguard_responder_goodput_lost_seconds",
+            "Goodput lost per restart decision: fault to restart ordered plus work since the checkpoint, by cause",
+            ["cluster", "cause"],
+            registry=registry,
+        )

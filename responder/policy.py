@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from responder.attribution import AttemptProgress, Verdict
+from responder.localize import LocalizeSettings
 from responder.model import Action
 
 
@@ -32,6 +33,9 @@ class PolicySettings(BaseModel):
         3, ge=1, description="stop after this many attempts in a row without a new checkpoint (needs Prometheus)"
     )
     max_excluded_nodes: int = Field(8, ge=0, description="most nodes excluded from one workload")
+    localize: LocalizeSettings = Field(
+        default_factory=LocalizeSettings, description="restarts as experiments when evidence names no node"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,6 +99,8 @@ def responder_series(registry: CollectorRegistry) -> None:
         m.decisions.labels(cluster, "stop", "act", "done").inc()
         m.mode.labels(cluster).set(1 if cluster == "prod" else 0)
         m.breaker_open.labels(cluster).set(0)
+        m.node_suspicion.labels(cluster, "gpu-002").set(0.17)
+        m.goodput_lost.labels(cluster, "xid_79_fallen_off_bus").inc(42)
     m.alerts.labels("new").inc(40)
     m.alerts.labels("duplicate").inc(12)
     m.notifications.labels("stored").inc(9)

@@ -278,6 +278,11 @@ class SqliteStore:
             ),
         )  # fmt: skip
 
+    def add_record(self, record: AuditRecord) -> None:
+        """Write one record outside an incident (a localization follow-up: an attempt that ran clean)."""
+        with self._tx() as db:
+            self._insert_record(db, record)
+
     def update_outcome(self, record: AuditRecord) -> None:
         with self._tx() as db:
             db.execute("UPDATE records SET outcome=?, body=? WHERE id=?", (record.outcome, _dump(record), record.id))

@@ -7,8 +7,10 @@ set -u
 echo "job ${SLURM_JOB_ID} attempt ${SLURM_RESTART_COUNT:-0} on ${SLURM_JOB_NODELIST} at $(date +%T.%N)"
 mkdir -p "${LAB_ROOT}/control/${SLURM_JOB_ID}"
 # --kill-on-bad-exit: when one rank dies the step ends at once, as torchrun would end the job.
+# One log file per attempt: the exporter ties a log stream to the one rank identity that writes it, so a
+# file appended to by two attempts would have none (its lines would carry no workload labels).
 exec srun --kill-on-bad-exit=1 bash -c '
-  exec >>"${LAB_ROOT}/logs/${SLURMD_NODENAME}/job${SLURM_JOB_ID}-rank${SLURM_PROCID}.log" 2>&1
+  exec >>"${LAB_ROOT}/logs/${SLURMD_NODENAME}/job${SLURM_JOB_ID}-a${SLURM_RESTART_COUNT:-0}-rank${SLURM_PROCID}.log" 2>&1
   export TRAINGUARD_PROGRESS_DIR="${LAB_ROOT}/progress/${SLURMD_NODENAME}" TRAINGUARD_PROGRESS_INTERVAL=0.2
   export PYTHONPATH="${LAB_REPO}"
   exec "${LAB_PYTHON}" -W ignore "${LAB_REPO}/scripts/lab/train.py" \

@@ -294,6 +294,9 @@ class TrialResult:
     resumed_from_step: int | None = None
     checkpoint_step: int | None = None
     decisions: int = 0
+    trained_s: float | None = None  # attempt 0 from step 12 (productive) to the fault: goodput accounting
+    step_at_fault: int | None = None
+    step_s: float | None = None  # attempt 0's mean step time
     first_alert: str | None = None
     note: str = ""
     events: list[tuple[float, str]] = field(default_factory=list)
@@ -318,12 +321,17 @@ def run_trial(lab: Lab, fault: Fault, say: Callable[[str], None] = print, nodes:
 
 def _prepare(lab: Lab, fault: Fault, job: str, nodes: int) -> TrialResult:
     """Wait until ``job`` trains and has a checkpoint; aim the fault at its second node."""
-    lab.wait_productive(job, 0, nodes, 12, timeout=120)
+    started = lab.wait_productive(job, 0, nodes, 12, timeout=120)
     placed = expand_hostlist(str((lab.squeue(job) or {}).get("nodes", "")))
     target = placed[1] if len(placed) > 1 else placed[0]
     result = TrialResult(fault.name, lab.mode, job, target, expected_action=fault.action)
     result.expected_nodes = [target] if fault.implicates_target else []
     result.checkpoint_step = lab.checkpoint_step(job)
+    steps = lab.steps(job, 0)
+    if steps:
+        step, at = max(steps.values())
+        result.trained_s, result.step_at_fault = time.time() - started, step
+        result.step_s = (at - started) / (step - 12) if step > 12 else None
     return result
 
 

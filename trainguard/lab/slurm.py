@@ -96,6 +96,7 @@ class Lab:
     port_base: int = 19400
     correlation_window_s: float = 1.0
     fast_path: bool = False  # exporters also post critical matches straight to Alertmanager
+    policy: dict[str, Any] | None = None  # the cluster's policy settings (None: the defaults)
     say: Callable[[str], None] = print
     procs: list[Proc] = field(default_factory=list)
     services: list[Service] = field(default_factory=list)
@@ -189,6 +190,7 @@ class Lab:
                 CLUSTER: {
                     "mode": self.mode,
                     "nodes": len(NODES),
+                    **({"policy": self.policy} if self.policy else {}),
                     "scheduler": {
                         "kind": "slurm",
                         "transport": "local",

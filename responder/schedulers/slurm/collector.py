@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from responder.schedulers.base import SchedulerError, WorkloadState
 from responder.schedulers.slurm.adapter import SlurmScheduler
+from responder.schedulers.slurm.drains import drained_by_other
 from responder.schedulers.slurm.parse import SlurmJob, SlurmNode
 
 JOB_STATES = (
@@ -135,10 +136,19 @@ class SlurmCollector(Collector):
         node_state = GaugeMetricFamily(
             "trainguard_slurm_node_state", "1 for the node's Slurm base state.", labels=[*labels, "state"]
         )
+        others = GaugeMetricFamily(
+            "trainguard_slurm_node_drained_by_other",
+            "1 when someone else (NHC, HealthCheckProgram, Slurm, an admin) drained or downed the node; source parsed "
+            "from the reason",
+            labels=[*labels, "source"],
+        )
         for name in sorted(relevant):
             node = nodes.get(name)
             if node is None:
                 continue
+            owner = drained_by_other(node)
+            if owner is not None:
+                others.add_metric([c, name, owner], 1)
             down.add_metric([c, name], 1 if node.down else 0)
             drain.add_metric([c, name, "1" if node.drained_by_trainguard else "0"], 1 if node.drain else 0)
             unresponsive.add_metric([c, name], 1 if node.not_responding else 0)
@@ -151,4 +161,4 @@ class SlurmCollector(Collector):
         ours.add_metric([c], sum(1 for n in nodes.values() if n.drained_by_trainguard))
         total = GaugeMetricFamily("trainguard_slurm_nodes", "Nodes Slurm knows, cluster-wide.", labels=["cluster"])
         total.add_metric([c], len(nodes))
-        yield from (down, drain, unresponsive, node_state, ours, total)
+        yield from (down, drain, unresponsive, node_state, ours, total, others)

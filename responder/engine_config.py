@@ -1,0 +1,42 @@
+"""What the engine reads of its settings, as protocols: the edge builds the settings and passes them in, so
+the engine depends on these few properties, not on the configuration module."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from responder.approval import ApprovalSettings
+from responder.breaker import BreakerSettings
+from responder.isolation import LedgerSettings
+from responder.model import Mode
+from responder.policy import PolicySettings
+
+
+class ClusterConfig(Protocol):
+    """What the engine reads of one cluster's settings (``responder.settings.ClusterSettings``)."""
+
+    @property
+    def mode(self) -> Mode: ...
+    @property
+    def nodes(self) -> int | None: ...
+    @property
+    def policy(self) -> PolicySettings: ...
+    @property
+    def approval(self) -> ApprovalSettings: ...
+
+
+class EngineConfig(Protocol):
+    """What the engine reads of the settings (``responder.settings.Settings``): the edge passes them in."""
+
+    @property
+    def correlation_window_s(self) -> float: ...
+    @property
+    def breaker(self) -> BreakerSettings: ...
+    @property
+    def ledger(self) -> LedgerSettings: ...
+    @property
+    def loop_stall_after_s(self) -> float: ...
+    @property
+    def clusters(self) -> Mapping[str, object]: ...
+    def cluster(self, name: str) -> ClusterConfig: ...
