@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # Debian packages the lab and the real-service tests need (installed by `make install-lab` as root).
-LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge ripgrep
+LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge ripgrep postgresql victoria-metrics
 export PROMETHEUS_DISABLE_CREATED_SERIES := True
 
 .PHONY: install install-lab test test-fast lint fmt demo demo-replay bench bench-quick clean help
