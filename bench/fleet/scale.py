@@ -15,6 +15,7 @@ measured), then ``scale.md`` and ``scale.png`` beside it (see bench/fleet/report
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -38,6 +39,7 @@ from trainguard.lab.stack import (
     http_get,
     poll,
     query,
+    rule_files,
     scrape_interval_s,
     start_alertmanager,
     start_responder,
@@ -137,8 +139,17 @@ def storm(fleet: Fleet, responder: Service, jobs: int, interval: float) -> dict[
     }
 
 
+def rules_digest(profile: str) -> str:
+    """Which rule files a run measured (the first 12 hex digits of their SHA-256, in load order)."""
+    digest = hashlib.sha256()
+    for path in rule_files(profile):
+        digest.update(Path(path).read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def run_one(nodes: int, engine_name: str, profile: str, args: argparse.Namespace) -> dict[str, Any]:
     entry: dict[str, Any] = {"nodes": nodes, "gpus": nodes * RANKS_PER_NODE, "engine": engine_name, "profile": profile}
+    entry["rules_sha256"] = rules_digest(profile)
     fleet = Fleet(nodes)
     for first in range(0, nodes - JOB_NODES + 1, JOB_NODES):
         fleet.start_job(f"job-{first // JOB_NODES:05d}", list(range(first, first + JOB_NODES)))
