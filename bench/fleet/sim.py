@@ -57,6 +57,16 @@ class Node:
     text: str = ""
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A scraper that gives up (scrape timeout) resets its connection: counted, not printed."""
+
+    daemon_threads = True
+    aborted = 0
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        type(self).aborted += 1
+
+
 class Fleet:
     """The fleet's state and its HTTP server; every mutator returns the Unix time of the change."""
 
@@ -219,8 +229,7 @@ class Fleet:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _QuietServer((host, port), Handler)
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self.port
