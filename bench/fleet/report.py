@@ -15,6 +15,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
+# The rule files' digests (bench/fleet/scale.py rules_digest) before and after the churn fix, 3492a51.
+RULES = {
+    "621e64b6d34c": "before fix",
+    "8d4b7e831fdf": "before fix",
+    "ddf586616a2a": "after fix",
+    "d05f37adc115": "after fix",
+}
 
 
 def _fmt(value: Any) -> str:
@@ -23,9 +30,9 @@ def _fmt(value: Any) -> str:
 
 def table(runs: list[dict[str, Any]]) -> str:
     lines = [
-        "| nodes (GPUs) | engine | profile | detected | p50 s | p95 s | max s | rule group eval s (mean) "
-        "| scrape s (mean / max) | samples/s | engine CPU cores | engine RSS MiB | storm decisions/s | load 1m |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| nodes (GPUs) | engine | profile | detected | p50 s | p95 s | max s | rule group eval s (mean) | scrape s "
+        "(mean / max) | samples/s | engine CPU cores | engine RSS MiB | storm decisions/s | load 1m | rules |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(runs, key=lambda r: (r["nodes"], r["engine"], r["profile"])):
         if "error" in r:
@@ -38,7 +45,8 @@ def table(runs: list[dict[str, Any]]) -> str:
             f"| {r['nodes']} ({r['gpus']}) | {r['engine']} | {r['profile']} | {r['detected']}/{r['faults']}{up} "
             f"| {_fmt(d['p50_s'])} | {_fmt(d['p95_s'])} | {_fmt(d['max_s'])} | {_fmt(r['rule_group_eval_mean_s'])} "
             f"| {scrape} | {r['samples_per_s']} | {r['engine_cpu_cores']} | {r['engine_rss_mib']} "
-            f"| {_fmt(storm.get('decisions_per_s'))} | {r['loadavg_1m_before']} to {r['loadavg_1m_after']} |"
+            f"| {_fmt(storm.get('decisions_per_s'))} | {r['loadavg_1m_before']} to {r['loadavg_1m_after']} "
+            f"| {RULES.get(r.get('rules_sha256', ''), r.get('rules_sha256', '?'))} |"
         )
     return "\n".join(lines)
 
