@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge ripgrep postgresql victoria-metrics
 export PROMETHEUS_DISABLE_CREATED_SERIES := True
 
-.PHONY: install install-lab test test-fast lint fmt demo demo-replay bench bench-quick clean help
+.PHONY: install install-lab test test-fast lint fmt demo demo-replay bench bench-quick bench-scale clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -62,6 +62,10 @@ bench: install-lab  ## all benchmarks; JSON and reports under bench/results/ (ab
 
 bench-quick: install-lab  ## one lab trial per fault class plus two healthy runs (under 10 minutes)
 	$(BIN)/python bench/lab.py --quick
+
+bench-scale: install-lab  ## fleets of 100-4,000 simulated nodes through Prometheus and VictoriaMetrics+vmalert (docs/scale.md; over an hour)
+	$(BIN)/python -m bench.fleet.scale --storm 100
+	$(BIN)/python -m bench.fleet.report
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache *.egg-info demo-output test-artifacts
