@@ -3,14 +3,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # Debian packages the lab and the real-service tests need (installed by `make install-lab` as root).
-LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge ripgrep systemd
+LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge ripgrep systemd victoria-metrics
 # Where pip finds torch for the lab. Empty: your pip index (PyPI's Linux wheel is the CUDA build, about
 # 2.5 GB with its nvidia-* wheels). The lab needs only the CPU build:
 #   make install-lab TORCH_INDEX=https://download.pytorch.org/whl/cpu
 TORCH_INDEX ?=
 export PROMETHEUS_DISABLE_CREATED_SERIES := True
 
-.PHONY: doctor install install-lab test test-fast lint fmt demo demo-stop demo-replay bench bench-quick dist dist-check clean help
+.PHONY: doctor install install-lab test test-fast lint fmt demo demo-stop demo-replay bench bench-quick bench-scale dist dist-check clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -74,6 +74,10 @@ bench: install-lab  ## all benchmarks; JSON and reports under bench/results/ (ab
 
 bench-quick: install-lab  ## one lab trial per fault class plus two healthy runs (under 10 minutes)
 	$(BIN)/python bench/lab.py --quick
+
+bench-scale: install-lab  ## fleets of 100-4,000 simulated nodes through Prometheus and VictoriaMetrics+vmalert (docs/scale.md; over an hour)
+	$(BIN)/python -m bench.fleet.scale --storm 100
+	$(BIN)/python -m bench.fleet.report
 
 dist: install  ## the wheel and sdist under dist/ (python -m build): rules, dashboards, examples and units inside
 	$(BIN)/python -m build --no-isolation --outdir dist .

@@ -27,6 +27,10 @@ PACKAGES = {
     "slurmd": "slurm-wlm",
     "munged": "munge",
     "chromium": "chromium",
+    "victoria-metrics": "victoria-metrics",
+    "vmalert": "victoria-metrics",
+    "pg_ctl": "postgresql",
+    "initdb": "postgresql",
 }
 
 
