@@ -8,7 +8,9 @@ where JSON is expected, and (when configured) a read without a token.
   ``Origin`` of another host; a state-changing request carrying either is refused. Alertmanager and
   curl send neither.
 * JSON endpoints require ``Content-Type: application/json``: a cross-site "simple" request (a
-  ``text/plain`` form post) cannot set it without a CORS preflight, which is never granted.
+  ``text/plain`` form post) cannot set it without a CORS preflight, which is never granted. A write with
+  no body at all (``curl -X POST .../approve``) needs none; a browser sending one cross-site still
+  carries ``Origin`` and is refused above.
 * ``read_token``: when set, the audit API and the console need it (or the operator token) as
   ``Authorization: Bearer`` or as the password of HTTP Basic (what a browser prompts for).
 """
@@ -99,7 +101,8 @@ class Guard:
             if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
                 return 403, f"request from another origin refused (Origin: {origin[:100]})", []
             media = headers.get("content-type", "").partition(";")[0].strip().lower()
-            if path.startswith(JSON_WRITES) and media != "application/json":
+            bodiless = not media and headers.get("content-length", "0") == "0" and "transfer-encoding" not in headers
+            if path.startswith(JSON_WRITES) and media != "application/json" and not bodiless:
                 return 415, "this endpoint takes Content-Type: application/json", []
         if self.read_tokens and method in ("GET", "HEAD") and path.startswith(READS) and path not in OPEN:
             given = presented_token(headers.get("authorization", ""))

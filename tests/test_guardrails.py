@@ -43,7 +43,7 @@ def _app(tmp_path: Path, scheduler: object, clusters: dict[str, ClusterSettings]
     settings = Settings(db_path=tmp_path / "tg.db", correlation_window_s=0.2, clusters=clusters)
     store = SqliteStore(settings.db_path)
     app = create_app(settings, store, scheduler, FakeClock(), registry=CollectorRegistry())  # type: ignore[arg-type]
-    with TestClient(app, client=LOOPBACK) as client:
+    with TestClient(app, client=LOOPBACK, base_url="http://127.0.0.1") as client:
         yield client
     store.close()
 

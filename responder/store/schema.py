@@ -85,6 +85,7 @@ CREATE INDEX IF NOT EXISTS implications_node ON implications (cluster, node, tim
 CREATE INDEX IF NOT EXISTS implications_workload ON implications (cluster, workload);
 CREATE INDEX IF NOT EXISTS implications_workload_node ON implications (cluster, workload, node);
 CREATE INDEX IF NOT EXISTS records_pending ON records (outcome) WHERE outcome = 'pending';
+CREATE INDEX IF NOT EXISTS records_awaiting ON records (outcome, time) WHERE outcome = 'awaiting_approval';
 CREATE INDEX IF NOT EXISTS records_node ON records (cluster, node, time);
 CREATE TABLE IF NOT EXISTS modes (
     cluster TEXT PRIMARY KEY,
