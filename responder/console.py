@@ -374,16 +374,9 @@ async def set_mode(request: Request) -> Response:
         cluster = validate_cluster(request.path_params["cluster"])
     except IdentityError as exc:
         return _error(request, 400, "Bad cluster name", str(exc))
-    if not _same_origin(request):
-        return _error(request, 403, "Refused", "This form was sent from another site.")
-    try:
-        body = await read_capped(request, MAX_FORM_BYTES)
-    except PayloadTooLarge:
-        return _error(request, 413, "Too large", "The form is larger than a mode switch can be.")
-    form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace")).items()}
-    if not hmac.compare_digest(form.get("csrf", "").encode(), svc.csrf.encode()):
-        return _error(request, 403, "Refused", "The form is stale or was not made by this console: "
-                      "reload the page and try again.")  # fmt: skip
+    form = await console_form(request, svc, "a mode switch")
+    if isinstance(form, Response):
+        return form
     mode = form.get("mode", "")
     if mode not in set(Mode):
         return _error(request, 400, "Bad mode", "The mode is monitor or act.")
@@ -404,6 +397,22 @@ async def set_mode(request: Request) -> Response:
         f"/console?{urllib.parse.urlencode({'changed': cluster})}#cluster-{cluster}",
         status_code=303, headers=security_headers(),
     )  # fmt: skip
+
+
+async def console_form(request: Request, svc: Services, what: str) -> dict[str, str] | Response:
+    """The fields of a form this console made, or the error page: sent from another site, larger than
+    ``what`` can be, or without this process's CSRF token."""
+    if not _same_origin(request):
+        return _error(request, 403, "Refused", "This form was sent from another site.")
+    try:
+        body = await read_capped(request, MAX_FORM_BYTES)
+    except PayloadTooLarge:
+        return _error(request, 413, "Too large", f"The form is larger than {what} can be.")
+    form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace")).items()}
+    if not hmac.compare_digest(form.get("csrf", "").encode(), svc.csrf.encode()):
+        return _error(request, 403, "Refused", "The form is stale or was not made by this console: "
+                      "reload the page and try again.")  # fmt: skip
+    return form
 
 
 def _same_origin(request: Request) -> bool:

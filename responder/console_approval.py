@@ -1,13 +1,12 @@
 """The console's Approve/Reject buttons on a decision waiting in approve mode.
 
-The same guards as the console's mode switch (``console.set_mode``): a same-origin form, the
+The same guards as the console's mode switch (``console.console_form``): a same-origin form, the
 per-process CSRF token, the operator token when one is configured (loopback otherwise); the answer
 goes through the same path as the API's (``approval_api.answer_decision``), so it is recorded the same.
 """
 
 from __future__ import annotations
 
-import hmac
 import urllib.parse
 
 from starlette.concurrency import run_in_threadpool
@@ -16,19 +15,18 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from responder.approval_api import answer_decision
-from responder.auth import operator_identity, read_capped
+from responder.auth import operator_identity
 from responder.console import (
-    MAX_FORM_BYTES,
     Html,
     _decision_body,
     _error,
     _page,
-    _same_origin,
+    console_form,
     join,
     security_headers,
     tag,
 )
-from responder.errors import PayloadTooLarge, ResponderError
+from responder.errors import ResponderError
 from responder.model import AuditRecord, Outcome
 from responder.services import Services, services
 
@@ -38,16 +36,9 @@ VERDICTS = {"approve": "approved", "reject": "rejected"}
 async def answer(request: Request) -> Response:
     svc = services(request)
     record_id = request.path_params["id"]
-    if not _same_origin(request):
-        return _error(request, 403, "Refused", "This form was sent from another site.")
-    try:
-        body = await read_capped(request, MAX_FORM_BYTES)
-    except PayloadTooLarge:
-        return _error(request, 413, "Too large", "The form is larger than an approval can be.")
-    form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace")).items()}
-    if not hmac.compare_digest(form.get("csrf", "").encode(), svc.csrf.encode()):
-        return _error(request, 403, "Refused", "The form is stale or was not made by this console: "
-                      "reload the page and try again.")  # fmt: skip
+    form = await console_form(request, svc, "an approval")
+    if isinstance(form, Response):
+        return form
     verdict = VERDICTS.get(form.get("answer", ""))
     if verdict is None:
         return _error(request, 400, "Bad answer", "The answer is approve or reject.")
