@@ -31,6 +31,14 @@ from trainguard.lab.stack import (
 )
 
 ENGINES = ("prometheus", "victoriametrics")
+# Engine.counters: each figure, and the counter it sums on each engine (in the order of ENGINES).
+COUNTERS = {
+    "samples": ("prometheus_tsdb_head_samples_appended_total", "vm_rows_added_to_storage_total"),
+    "rule_s": ("prometheus_rule_group_duration_seconds_sum", "vmalert_iteration_duration_seconds_sum"),
+    "rule_n": ("prometheus_rule_group_duration_seconds_count", "vmalert_iteration_duration_seconds_count"),
+    "scrape_s": ("prometheus_target_interval_length_seconds_sum", "vm_promscrape_scrape_duration_seconds_sum"),
+    "scrape_n": ("prometheus_target_interval_length_seconds_count", "vm_promscrape_scrape_duration_seconds_count"),
+}
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 
@@ -63,24 +71,10 @@ class Engine:
 
     def counters(self) -> dict[str, float]:
         """Cumulative figures: samples ingested, rule evaluation seconds and count, scrape seconds and count."""
-        if self.name == "prometheus":
-            text = http_get(f"{self.query.url}/metrics", timeout=10)[1].decode()
-            return {
-                "samples": metric_sum(text, "prometheus_tsdb_head_samples_appended_total"),
-                "rule_s": metric_sum(text, "prometheus_rule_group_duration_seconds_sum"),
-                "rule_n": metric_sum(text, "prometheus_rule_group_duration_seconds_count"),
-                "scrape_s": metric_sum(text, "prometheus_target_interval_length_seconds_sum"),
-                "scrape_n": metric_sum(text, "prometheus_target_interval_length_seconds_count"),
-            }
-        vm = http_get(f"{self.query.url}/metrics", timeout=10)[1].decode()
-        alert = http_get(f"{self.processes[1].url}/metrics", timeout=10)[1].decode()
-        return {
-            "samples": metric_sum(vm, "vm_rows_added_to_storage_total"),
-            "rule_s": metric_sum(alert, "vmalert_iteration_duration_seconds_sum"),
-            "rule_n": metric_sum(alert, "vmalert_iteration_duration_seconds_count"),
-            "scrape_s": metric_sum(vm, "vm_promscrape_scrape_duration_seconds_sum"),
-            "scrape_n": metric_sum(vm, "vm_promscrape_scrape_duration_seconds_count"),
-        }
+        texts = [http_get(f"{p.url}/metrics", timeout=10)[1].decode() for p in self.processes]
+        column = ENGINES.index(self.name)
+        # each metric is exposed by one of the engine's processes (vmalert's by vmalert): sum over them all
+        return {figure: sum(metric_sum(t, names[column]) for t in texts) for figure, names in COUNTERS.items()}
 
     def groups(self) -> int:
         """Rule groups evaluated per interval (rule time is summed over them)."""
