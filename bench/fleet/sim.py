@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from trainguard.lab.common import stop_server
+
 RANKS_PER_NODE = 8
 PATTERN = ("nccl_watchdog_timeout", "collective_timeout")
 STEP_S = 0.5
@@ -235,10 +237,8 @@ class Fleet:
         return self.port
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        stop_server(self._server)
+        self._server = None
 
     def file_sd(self, path: Path, host: str = "127.0.0.1") -> Path:
         """Write the Prometheus file_sd list: one target per node, ``instance`` and ``host`` its name."""

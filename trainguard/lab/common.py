@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import socket
+import socketserver
 import subprocess
 import time
 from collections.abc import Callable
@@ -117,3 +118,10 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float = 15.0, kill_timeout
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=kill_timeout)
+
+
+def stop_server(server: socketserver.BaseServer | None) -> None:
+    """Stop a server whose ``serve_forever`` runs in a thread, and close its socket (None: not started)."""
+    if server is not None:
+        server.shutdown()
+        server.server_close()

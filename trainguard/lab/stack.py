@@ -49,7 +49,7 @@ from starlette.routing import Route
 
 from exporters.state import Identity
 from trainguard.lab import common
-from trainguard.lab.common import free_port, missing_message, terminate
+from trainguard.lab.common import free_port, missing_message, stop_server, terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_DIR = ROOT / "alert_rules"
@@ -416,10 +416,8 @@ class LabExporter(Collector):
         return self.port
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        stop_server(self._server)
+        self._server = None
 
 
 # --------------------------------------------------------------------------------------------------
