@@ -57,33 +57,17 @@ def test_bad_input_is_refused() -> None:
         goodput.ettr(0.0, [])
 
 
+def _restarted(fault: str, job: str, productive_s: float, step_at_fault: int, trained_s: float) -> TrialResult:
+    """A trial acted on and restarted from the checkpoint at step 10, at 0.5 s a step."""
+    return TrialResult(fault, "act", job, "n2", ok=True, productive_s=productive_s, checkpoint_step=10,
+                       step_at_fault=step_at_fault, step_s=0.5, trained_s=trained_s)  # fmt: skip
+
+
 def test_lab_json_reports_ettr_and_goodput_per_class() -> None:
     lab = _bench_lab()
     trials = [
-        TrialResult(
-            "xid",
-            "act",
-            "1",
-            "n2",
-            ok=True,
-            productive_s=15.0,
-            checkpoint_step=10,
-            step_at_fault=14,
-            step_s=0.5,
-            trained_s=45.0,
-        ),
-        TrialResult(
-            "hang",
-            "act",
-            "2",
-            "n2",
-            ok=True,
-            productive_s=30.0,
-            checkpoint_step=10,
-            step_at_fault=10,
-            step_s=0.5,
-            trained_s=30.0,
-        ),
+        _restarted("xid", "1", productive_s=15.0, step_at_fault=14, trained_s=45.0),
+        _restarted("hang", "2", productive_s=30.0, step_at_fault=10, trained_s=30.0),
         TrialResult("xid", "monitor", "3", "n2", ok=True, trained_s=40.0),  # never restarted: cost unknown
     ]
     overall = lab.aggregate(trials)["goodput"]

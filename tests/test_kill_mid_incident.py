@@ -33,12 +33,21 @@ pytestmark = pytest.mark.prometheus
 WINDOW_S = 8.0
 
 
-def _open_incidents(url: str) -> float:
+def _sample(url: str, series: str) -> float:
+    """The value of one series (name and labels, as exposed) on the responder's /metrics; 0 when absent."""
     status, body = http_get(f"{url}/metrics")
     for line in body.decode().splitlines() if status == 200 else []:
-        if line.startswith("trainguard_responder_open_incidents "):
+        if line.startswith(f"{series} "):
             return float(line.split()[1])
     return 0.0
+
+
+def _open_incidents(url: str) -> float:
+    return _sample(url, "trainguard_responder_open_incidents")
+
+
+def _notifications(url: str) -> float:
+    return _sample(url, 'trainguard_responder_notifications_total{result="stored"}')
 
 
 def test_prometheus_and_alertmanager_killed_mid_incident(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,11 +102,3 @@ def test_prometheus_and_alertmanager_killed_mid_incident(tmp_path: Path, monkeyp
         finally:
             prom.stop()
             am.stop()
-
-
-def _notifications(url: str) -> float:
-    status, body = http_get(f"{url}/metrics")
-    for line in body.decode().splitlines() if status == 200 else []:
-        if line.startswith('trainguard_responder_notifications_total{result="stored"}'):
-            return float(line.split()[1])
-    return 0.0
