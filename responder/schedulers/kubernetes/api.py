@@ -29,18 +29,18 @@ from responder.schedulers.seam import SeamMetrics
 from trainguard.identity import validate_optional_cluster
 
 PREFIX: Final = "trainguard.io/"
-TAINT_KEY: Final = "trainguard.io/implicated"
-LABEL_ISOLATED_BY: Final = "trainguard.io/isolated-by"
-ANNOTATION_INCIDENT: Final = "trainguard.io/incident"
-ANNOTATION_REASON: Final = "trainguard.io/isolation-reason"
-ANNOTATION_ISOLATED_AT: Final = "trainguard.io/isolated-at"
-ANNOTATION_CORDONED: Final = "trainguard.io/cordoned"
+TAINT_KEY: Final = PREFIX + "implicated"
+LABEL_ISOLATED_BY: Final = PREFIX + "isolated-by"
+ANNOTATION_INCIDENT: Final = PREFIX + "incident"
+ANNOTATION_REASON: Final = PREFIX + "isolation-reason"
+ANNOTATION_ISOLATED_AT: Final = PREFIX + "isolated-at"
+ANNOTATION_CORDONED: Final = PREFIX + "cordoned"
 NODE_ANNOTATIONS: Final = (ANNOTATION_INCIDENT, ANNOTATION_REASON, ANNOTATION_ISOLATED_AT, ANNOTATION_CORDONED)
 # on the workload object
-ANNOTATION_EXCLUDED: Final = "trainguard.io/excluded-nodes"
-ANNOTATION_HELD_AT: Final = "trainguard.io/held-at"
-ANNOTATION_STOPPED_AT: Final = "trainguard.io/stopped-at"
-ANNOTATION_LAST_INCIDENT: Final = "trainguard.io/last-incident"
+ANNOTATION_EXCLUDED: Final = PREFIX + "excluded-nodes"
+ANNOTATION_HELD_AT: Final = PREFIX + "held-at"
+ANNOTATION_STOPPED_AT: Final = PREFIX + "stopped-at"
+ANNOTATION_LAST_INCIDENT: Final = PREFIX + "last-incident"
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 
@@ -288,6 +288,21 @@ def _status_message(body: object) -> str:
         if isinstance(parsed, dict):
             return str(parsed.get("message", ""))[:300]
     return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A kind of namespaced custom resource: where the API serves it, and what people call it."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+
+    def ref(self, workload: str) -> ObjectRef:
+        """The object named by a workload id, ``namespace/name``."""
+        namespace, name = split_workload(workload)
+        return ObjectRef(self.group, self.version, self.plural, namespace, name)
 
 
 @dataclass(frozen=True, slots=True)

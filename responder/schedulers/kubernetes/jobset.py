@@ -32,13 +32,7 @@ from typing import Any, Final, Literal
 from pydantic import Field
 
 from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState, poll
-from responder.schedulers.kubernetes.api import (
-    condition_true,
-    labels_and_annotations,
-    metadata,
-    rfc3339,
-    split_workload,
-)
+from responder.schedulers.kubernetes.api import Resource, condition_true, labels_and_annotations, metadata, rfc3339
 from responder.schedulers.kubernetes.workload import KubeWorkloadScheduler, WorkloadSettings
 
 log = logging.getLogger(__name__)
@@ -120,20 +114,13 @@ def restarts(obj: Mapping[str, Any]) -> int:
     return int(value) if isinstance(value, int) else 0
 
 
-class JobSetScheduler(KubeWorkloadScheduler):
+class JobSetScheduler(KubeWorkloadScheduler[JobSetSettings]):
     """``Scheduler`` for JobSet v0.6+. Pass ``api_client`` (a ``kubernetes.client.ApiClient``) in tests."""
 
     name = "jobset"
-    SCHEDULER = "jobset"
-    GROUP = "jobset.x-k8s.io"
-    VERSION = "v1alpha2"
-    PLURAL = "jobsets"
-    KIND = "JobSet"
-    settings: JobSetSettings
+    RESOURCE = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
 
-    def state(self, obj: Mapping[str, Any]) -> WorkloadState:
-        if metadata(obj).get("deletionTimestamp"):
-            return WorkloadState.CANCELLED
+    def phase(self, obj: Mapping[str, Any]) -> WorkloadState:
         terminal = (obj.get("status") or {}).get("terminalState")
         if terminal == "Completed" or condition_true(obj, "Completed"):
             return WorkloadState.COMPLETED
@@ -171,7 +158,8 @@ class JobSetScheduler(KubeWorkloadScheduler):
         return extra
 
     def restart(self, request: ActionRequest, obj: dict[str, Any], applied: tuple[str, ...]) -> ActionResult:
-        namespace, name = split_workload(request.workload)
+        ref = self.ref(request.workload)
+        namespace, name = ref.namespace, ref.name
         before = restarts(obj)
         jobs = [
             j
@@ -200,7 +188,7 @@ class JobSetScheduler(KubeWorkloadScheduler):
         log.warning("failing Job %s/%s so JobSet %s restarts (incident %s)", namespace, child_name, name,
                     request.incident_id)  # fmt: skip
         ok, after = poll(
-            lambda: self.api.get_object_status(self.ref(request.workload)),
+            lambda: self.api.get_object_status(ref),
             lambda o: o is not None and restarts(o) > before,
             self.settings.verify_timeout_s, self.settings.poll_interval_s, self._sleep,
         )  # fmt: skip

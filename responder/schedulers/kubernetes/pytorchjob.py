@@ -29,6 +29,7 @@ from pydantic import Field
 from responder.schedulers.base import ActionRequest, ActionResult, WorkloadState, poll
 from responder.schedulers.kubernetes.api import (
     ANNOTATION_LAST_INCIDENT,
+    Resource,
     condition_true,
     labels_and_annotations,
     metadata,
@@ -65,20 +66,13 @@ def _time(value: object) -> datetime | None:
         return None
 
 
-class PyTorchJobScheduler(KubeWorkloadScheduler):
+class PyTorchJobScheduler(KubeWorkloadScheduler[PyTorchJobSettings]):
     """``Scheduler`` for Kubeflow PyTorchJob (Training Operator v1.7+ for suspend)."""
 
     name = "pytorchjob"
-    SCHEDULER = "pytorchjob"
-    GROUP = "kubeflow.org"
-    VERSION = "v1"
-    PLURAL = "pytorchjobs"
-    KIND = "PyTorchJob"
-    settings: PyTorchJobSettings
+    RESOURCE = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 
-    def state(self, obj: Mapping[str, Any]) -> WorkloadState:
-        if metadata(obj).get("deletionTimestamp"):
-            return WorkloadState.CANCELLED
+    def phase(self, obj: Mapping[str, Any]) -> WorkloadState:
         if condition_true(obj, "Succeeded"):
             return WorkloadState.COMPLETED
         if condition_true(obj, "Failed"):

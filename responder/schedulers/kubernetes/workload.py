@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import Field
 
@@ -32,6 +32,7 @@ from responder.schedulers.kubernetes.api import (
     KubeRequestMetrics,
     KubeSettings,
     ObjectRef,
+    Resource,
     excluded_from,
     labels_and_annotations,
     make_api_client,
@@ -56,23 +57,22 @@ class WorkloadSettings(KubeSettings):
     )
 
 
-class KubeWorkloadScheduler:
+_Settings = TypeVar("_Settings", bound=WorkloadSettings)
+
+
+class KubeWorkloadScheduler(Generic[_Settings]):
     """What the JobSet and PyTorchJob adapters share: refusal, node actions, stop/hold/release by suspend.
 
-    A subclass names its resource (``GROUP``, ``VERSION``, ``PLURAL``), reads its state, attempt and
-    suspension, and implements the restart (``restart``).
+    A subclass names itself (``name``, the scheduler of its workload ids) and its ``RESOURCE``, reads its
+    state, attempt and suspension, and implements the restart (``restart``).
     """
 
     name = "kubernetes"
-    SCHEDULER: str = ""
-    GROUP: str = ""
-    VERSION: str = ""
-    PLURAL: str = ""
-    KIND: str = ""
+    RESOURCE: Resource
 
     def __init__(
         self,
-        settings: WorkloadSettings,
+        settings: _Settings,
         api_client: Any | None = None,
         metrics: KubeRequestMetrics | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -91,7 +91,8 @@ class KubeWorkloadScheduler:
 
     # -- what a subclass says about its resource
 
-    def state(self, obj: Mapping[str, Any]) -> WorkloadState:
+    def phase(self, obj: Mapping[str, Any]) -> WorkloadState:
+        """The state its status says (``state`` has already ruled out a deletion)."""
         raise NotImplementedError
 
     def attempt(self, obj: Mapping[str, Any]) -> int:
@@ -115,18 +116,23 @@ class KubeWorkloadScheduler:
 
     # -- the Scheduler protocol
 
+    def state(self, obj: Mapping[str, Any]) -> WorkloadState:
+        """Being deleted is cancelled, whatever the status says; otherwise the resource's own ``phase``."""
+        if metadata(obj).get("deletionTimestamp"):
+            return WorkloadState.CANCELLED
+        return self.phase(obj)
+
     def ref(self, workload: str) -> ObjectRef:
-        namespace, name = split_workload(workload)
-        return ObjectRef(self.GROUP, self.VERSION, self.PLURAL, namespace, name)
+        return self.RESOURCE.ref(workload)
 
     def observe(self, cluster: str, workload: str) -> WorkloadObservation:
         validate_cluster(cluster)
         if self.settings.cluster is not None and cluster != self.settings.cluster:
             raise IdentityError("cluster", cluster, f"this adapter's cluster {self.settings.cluster!r}")
-        validate_workload(workload, self.SCHEDULER)
+        validate_workload(workload, self.name)
         obj = self.api.get_object(self.ref(workload))
         if obj is None:
-            return WorkloadObservation(workload, WorkloadState.UNKNOWN, reason=f"no {self.KIND} {workload}")
+            return WorkloadObservation(workload, WorkloadState.UNKNOWN, reason=f"no {self.RESOURCE.kind} {workload}")
         return self.observation(workload, obj)
 
     def observation(self, workload: str, obj: dict[str, Any]) -> WorkloadObservation:
@@ -144,7 +150,7 @@ class KubeWorkloadScheduler:
         )
 
     def act(self, request: ActionRequest) -> ActionResult:
-        reason = refusal(request, self.settings, self.SCHEDULER)
+        reason = refusal(request, self.settings, self.name)
         return act_frame(request, reason, "kubernetes", "request", self._node_action, self._workload_action)
 
     def _node_action(self, request: ActionRequest) -> ActionResult:
@@ -154,7 +160,7 @@ class KubeWorkloadScheduler:
         ref = self.ref(request.workload)
         obj = self.api.get_object(ref)
         if obj is None:
-            return ActionResult("failed", f"no {self.KIND} {request.workload}; state unknown")
+            return ActionResult("failed", f"no {self.RESOURCE.kind} {request.workload}; state unknown")
         if (
             request.action is not Action.RELEASE
             and self.settings.require_opt_in
@@ -162,7 +168,7 @@ class KubeWorkloadScheduler:
         ):
             return ActionResult(
                 "skipped",
-                f"{self.KIND} {request.workload} did not opt in (no {self.settings.opt_in_label} label or "
+                f"{self.RESOURCE.kind} {request.workload} did not opt in (no {self.settings.opt_in_label} label or "
                 "annotation); observed only",
             )
         if request.action in _REQUEUE:
@@ -178,12 +184,12 @@ class KubeWorkloadScheduler:
         wanted = int(request.attempt) if request.attempt is not None else None
         if wanted is not None and attempt < wanted:
             return ActionResult(
-                "skipped", f"{self.KIND} {request.workload} is at attempt {attempt}, request is for {wanted}"
+                "skipped", f"{self.RESOURCE.kind} {request.workload} is at attempt {attempt}, request is for {wanted}"
             )
         state = self.state(obj)
         if state.is_terminal():
             return ActionResult(
-                "skipped", f"{self.KIND} {request.workload} is {state}; a finished workload is not restarted"
+                "skipped", f"{self.RESOURCE.kind} {request.workload} is {state}; a finished workload is not restarted"
             )
         notes: list[str] = []
         applied = excluded_from(obj)
@@ -215,7 +221,7 @@ class KubeWorkloadScheduler:
         state = self.state(obj)
         if state.is_terminal():
             return ActionResult(
-                "done", f"{self.KIND} {ref.namespace}/{ref.name} already {state}; nothing to stop", True
+                "done", f"{self.RESOURCE.kind} {ref.namespace}/{ref.name} already {state}; nothing to stop", True
             )
         acted_at = self._now()
         if self.settings.stop_mode == "delete":
@@ -226,7 +232,7 @@ class KubeWorkloadScheduler:
                 self.settings.verify_timeout_s, self.settings.poll_interval_s, self._sleep,
             )  # fmt: skip
             return _done(
-                f"deleted {self.KIND} {ref.namespace}/{ref.name} (propagationPolicy=Foreground; incident "
+                f"deleted {self.RESOURCE.kind} {ref.namespace}/{ref.name} (propagationPolicy=Foreground; incident "
                 f"{request.incident_id})",
                 ok,
                 acted_at,
@@ -234,7 +240,7 @@ class KubeWorkloadScheduler:
         ok = self._suspend(ref, True, {ANNOTATION_STOPPED_AT: rfc3339(acted_at),
                                        ANNOTATION_LAST_INCIDENT: request.incident_id})  # fmt: skip
         return _done(
-            f"suspended {self.KIND} {ref.namespace}/{ref.name} (incident {request.incident_id}: "
+            f"suspended {self.RESOURCE.kind} {ref.namespace}/{ref.name} (incident {request.incident_id}: "
             f"{request.reason[:200]})",
             ok,
             acted_at,
@@ -253,29 +259,30 @@ class KubeWorkloadScheduler:
 
     def _hold(self, request: ActionRequest, ref: ObjectRef, obj: dict[str, Any]) -> ActionResult:
         if self.suspended(obj):
-            return ActionResult("done", f"{self.KIND} {ref.namespace}/{ref.name} already suspended", True)
+            return ActionResult("done", f"{self.RESOURCE.kind} {ref.namespace}/{ref.name} already suspended", True)
         wanted = int(request.attempt) if request.attempt is not None else None
         if wanted is not None and self.attempt(obj) > wanted:
             return ActionResult("done", f"already past attempt {wanted}; not held", True)
         if self.state(obj).is_terminal():
-            return ActionResult("skipped", f"{self.KIND} {ref.namespace}/{ref.name} is {self.state(obj)}")
+            return ActionResult("skipped", f"{self.RESOURCE.kind} {ref.namespace}/{ref.name} is {self.state(obj)}")
         acted_at = self._now()
         ok = self._suspend(ref, True, {ANNOTATION_HELD_AT: rfc3339(acted_at),
                                        ANNOTATION_LAST_INCIDENT: request.incident_id})  # fmt: skip
-        return ActionResult("done", f"suspended {self.KIND} {ref.namespace}/{ref.name} (hold)", ok, acted_at)
+        return ActionResult("done", f"suspended {self.RESOURCE.kind} {ref.namespace}/{ref.name} (hold)", ok, acted_at)
 
     def _release(self, ref: ObjectRef, obj: dict[str, Any]) -> ActionResult:
         _, annotations = labels_and_annotations(obj)
         if not self.suspended(obj):
-            return ActionResult("done", f"{self.KIND} {ref.namespace}/{ref.name} is not suspended", True)
+            return ActionResult("done", f"{self.RESOURCE.kind} {ref.namespace}/{ref.name} is not suspended", True)
         if ANNOTATION_HELD_AT not in annotations or ANNOTATION_STOPPED_AT in annotations:
             return ActionResult(
                 "skipped",
-                f"{self.KIND} {ref.namespace}/{ref.name} was not suspended by a trainguard hold; resume it yourself",
+                f"{self.RESOURCE.kind} {ref.namespace}/{ref.name} was not suspended by a trainguard hold; "
+                "resume it yourself",
             )
         acted_at = self._now()
         ok = self._suspend(ref, False, {ANNOTATION_HELD_AT: None})
-        return ActionResult("done", f"resumed {self.KIND} {ref.namespace}/{ref.name}", ok, acted_at)
+        return ActionResult("done", f"resumed {self.RESOURCE.kind} {ref.namespace}/{ref.name}", ok, acted_at)
 
 
 def _done(detail: str, ok: bool, acted_at: datetime) -> ActionResult:
