@@ -20,12 +20,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from responder.clock import format_rfc3339
 from responder.schedulers.base import ActionRequest, SchedulerError, identity_refusal
-from responder.schedulers.seam import SeamMetrics
+from responder.schedulers.seam import Seam, SeamMetrics
 from trainguard.identity import validate_optional_cluster
 
 PREFIX: Final = "trainguard.io/"
@@ -143,17 +142,11 @@ def make_api_client(settings: KubeSettings) -> Any:
 
 
 class KubeRequestMetrics(SeamMetrics):
-    """The seam's metrics. One instance per registry: share it between the adapters of several
-    clusters (``JobSetScheduler(..., metrics=m)``); the ``cluster`` label tells them apart."""
+    """The Kubernetes seam's metrics; share one per registry (``JobSetScheduler(..., metrics=m)``)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        helps = (
-            "Kubernetes API requests made by trainguard, by call and result (ok, not_found, error).",
-            "Kubernetes API requests that failed, by call and reason (the HTTP status, or the error's type).",
-            "Wall time of Kubernetes API requests made by trainguard.",
-        )
-        buckets = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-        super().__init__(registry, "trainguard_kubernetes_request", "call", helps, buckets)
+    SEAM = Seam("trainguard_kubernetes_request", "call", "Kubernetes API requests", "made",
+                "ok, not_found, error", "the HTTP status, or the error's type",
+                (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))  # fmt: skip
 
 
 class KubeAPI:

@@ -18,10 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from prometheus_client import CollectorRegistry
-
 from responder.schedulers.base import SchedulerError
-from responder.schedulers.seam import SeamMetrics
+from responder.schedulers.seam import Seam, SeamMetrics
 
 log = logging.getLogger(__name__)
 
@@ -102,17 +100,11 @@ class Transport:
 
 
 class SlurmCommandMetrics(SeamMetrics):
-    """The seam's metrics. One instance per registry: share it between the adapters of several
-    clusters (``SlurmScheduler(..., metrics=m)``); the ``cluster`` label tells them apart."""
+    """The Slurm seam's metrics; share one per registry (``SlurmScheduler(..., metrics=m)``)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        helps = (
-            "Slurm commands run by trainguard, by command and result (ok, exit, timeout, spawn).",
-            "Slurm commands that failed (non-zero exit, timeout, could not start).",
-            "Wall time of Slurm commands run by trainguard.",
-        )
-        buckets = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
-        super().__init__(registry, "trainguard_slurm_command", "command", helps, buckets)
+    SEAM = Seam("trainguard_slurm_command", "command", "Slurm commands", "run",
+                "ok, exit, timeout, spawn", "non-zero exit, timeout, could not start",
+                (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))  # fmt: skip
 
 
 class SlurmCommands:
