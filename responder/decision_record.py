@@ -4,23 +4,22 @@ verdict, mode, time) plus each record's own action, reason, exclusions and the b
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from responder.attribution import Verdict
 from responder.breaker import BreakerCheck
 from responder.model import Action, AuditRecord, Incident, Kind, Mode, Outcome, StoredAlert, new_id
 
 
+@dataclass(frozen=True, slots=True)
 class RecordBuilder:
     """Builds the records of one incident from the parts they share."""
 
-    def __init__(
-        self, incident: Incident, alerts: Sequence[StoredAlert], verdict: Verdict, mode: Mode, now: float
-    ) -> None:
-        self.incident = incident
-        self.alerts = alerts
-        self.verdict = verdict
-        self.mode = mode
-        self.now = now
+    incident: Incident
+    alerts: Sequence[StoredAlert]
+    verdict: Verdict
+    mode: Mode
+    now: float
 
     def record(
         self,

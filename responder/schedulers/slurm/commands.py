@@ -15,8 +15,10 @@ import shlex
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal
+
+from prometheus_client import CollectorRegistry
 
 from responder.schedulers.base import SchedulerError
 from responder.schedulers.seam import Seam, SeamMetrics
@@ -107,31 +109,26 @@ class SlurmCommandMetrics(SeamMetrics):
                 (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))  # fmt: skip
 
 
+@dataclass
 class SlurmCommands:
     """The seam. ``run(["squeue", "--json"])`` returns stdout or raises ``SchedulerError``."""
 
-    def __init__(
-        self,
-        transport: Transport,
-        runner: Runner,
-        timeout: float = 10.0,
-        metrics: SlurmCommandMetrics | None = None,
-        cluster: str = "default",
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.transport = transport
-        self._runner = runner
-        self._timeout = timeout
-        self._clock = clock
-        self._cluster = cluster
-        self.metrics = metrics if metrics is not None else SlurmCommandMetrics()
-        self.registry = self.metrics.registry
-        self.failure_count = 0
+    transport: Transport
+    runner: Runner
+    timeout: float = 10.0
+    metrics: SlurmCommandMetrics = field(default_factory=SlurmCommandMetrics)
+    cluster: str = "default"
+    clock: Callable[[], float] = time.monotonic
+    failure_count: int = field(default=0, init=False)
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self.metrics.registry
 
     def _fail(self, verb: str, reason: str) -> None:
         self.failure_count += 1
-        self.metrics.failures.labels(self._cluster, verb, reason).inc()
-        self.metrics.calls.labels(self._cluster, verb, reason).inc()
+        self.metrics.failures.labels(self.cluster, verb, reason).inc()
+        self.metrics.calls.labels(self.cluster, verb, reason).inc()
 
     def run(self, argv: Sequence[str]) -> str:
         if not argv or argv[0] not in VERBS:
@@ -139,22 +136,22 @@ class SlurmCommands:
         if any(not isinstance(a, str) or "\x00" in a or "\n" in a for a in argv):
             raise SchedulerError("refusing an argument with NUL or newline")
         verb = argv[0]
-        full = self.transport.wrap(argv, self._timeout)
-        started = self._clock()
+        full = self.transport.wrap(argv, self.timeout)
+        started = self.clock()
         try:
-            result = self._runner(full, self._timeout)
+            result = self.runner(full, self.timeout)
         except subprocess.TimeoutExpired as exc:
             self._fail(verb, "timeout")
-            raise SchedulerError(f"{shlex.join(argv)}: no answer within {self._timeout:g}s") from exc
+            raise SchedulerError(f"{shlex.join(argv)}: no answer within {self.timeout:g}s") from exc
         except OSError as exc:
             self._fail(verb, "spawn")
             raise SchedulerError(f"{shlex.join(argv)}: could not run: {exc}") from exc
         finally:
-            self.metrics.duration.labels(self._cluster, verb).observe(max(0.0, self._clock() - started))
+            self.metrics.duration.labels(self.cluster, verb).observe(max(0.0, self.clock() - started))
         if result.returncode != 0:
             self._fail(verb, "exit")
             err = SlurmCommandError(argv, result.returncode, result.stderr)
             log.warning("slurm command failed: %s", err)
             raise err
-        self.metrics.calls.labels(self._cluster, verb, "ok").inc()
+        self.metrics.calls.labels(self.cluster, verb, "ok").inc()
         return result.stdout
