@@ -230,19 +230,23 @@ async def metrics_endpoint(request: Request) -> Response:
     return Response(generate_latest(svc.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+# The API's reads (GET), then its writes.
+_READS = {
+    "/v1/decisions": list_decisions,
+    "/v1/decisions/{id}": get_decision,
+    "/v1/review/precision": precision,
+    "/v1/recommendations": recommendations,
+    "/v1/clusters": list_clusters,
+    "/v1/clusters/{cluster}/mode": get_mode,
+    "/healthz": healthz,
+    "/readyz": readyz,
+    "/metrics": metrics_endpoint,
+}
 ROUTES: list[BaseRoute] = [
+    *(Route(path, endpoint, methods=["GET"]) for path, endpoint in _READS.items()),
     Route("/v1/alerts", post_alerts, methods=["POST"]),
-    Route("/v1/decisions", list_decisions, methods=["GET"]),
-    Route("/v1/decisions/{id}", get_decision, methods=["GET"]),
     Route("/v1/decisions/{id}/review", review_decision, methods=["POST"]),
-    Route("/v1/review/precision", precision, methods=["GET"]),
-    Route("/v1/recommendations", recommendations, methods=["GET"]),
-    Route("/v1/clusters", list_clusters, methods=["GET"]),
-    Route("/v1/clusters/{cluster}/mode", get_mode, methods=["GET"]),
     Route("/v1/clusters/{cluster}/mode", put_mode, methods=["PUT"]),
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
-    Route("/metrics", metrics_endpoint, methods=["GET"]),
 ]
 
 
