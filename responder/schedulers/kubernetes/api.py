@@ -168,6 +168,14 @@ class KubeAPI:
         self.metrics = metrics if metrics is not None else KubeRequestMetrics()
         self._cluster = cluster
 
+    @classmethod
+    def connect(
+        cls, settings: KubeSettings, api_client: Any | None = None, metrics: KubeRequestMetrics | None = None
+    ) -> KubeAPI:
+        """The seam to the cluster of ``settings``: through ``api_client`` (a test's), else one the settings make."""
+        client = api_client if api_client is not None else make_api_client(settings)
+        return cls(client, settings.request_timeout_s, metrics, settings.cluster or "")
+
     def close(self) -> None:
         """Close the client's connection pool."""
         self._client.close()

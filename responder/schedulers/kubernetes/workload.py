@@ -35,7 +35,6 @@ from responder.schedulers.kubernetes.api import (
     Resource,
     excluded_from,
     labels_and_annotations,
-    make_api_client,
     metadata,
     opted_in,
     refusal,
@@ -78,13 +77,8 @@ class KubeWorkloadScheduler(Generic[_Settings]):
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self.api = KubeAPI.connect(settings, api_client, metrics)
         self.settings = settings
-        self.api = KubeAPI(
-            api_client if api_client is not None else make_api_client(settings),
-            settings.request_timeout_s,
-            metrics,
-            settings.cluster or "",
-        )
         self.nodes = NodeIsolation(self.api, settings, now, sleep)
         self._now = now
         self._sleep = sleep
