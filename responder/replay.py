@@ -108,12 +108,12 @@ def _row(store: AuditStore, settings: Settings, record: AuditRecord, carried: fr
     severities = {a.labels.get("severity", "") for a in alerts} - {""}
     chosen = plan(verdict, record.attempt, settings.cluster(record.cluster).policy, carried, severities)
     reviews = store.reviews(record.id)
-    return ReplayRow(
-        id=record.id,
-        cluster=record.cluster,
-        workload=record.workload,
-        attempt=record.attempt,
-        time=record.time,
+    return ReplayRow(  # which decision (its id, cluster, workload, attempt, time), then what was and would be done
+        record.id,
+        record.cluster,
+        record.workload,
+        record.attempt,
+        record.time,
         recorded_action=str(record.action),
         recorded_nodes=sorted(record.excluded_nodes),
         recorded_outcome=str(record.outcome),
