@@ -201,20 +201,23 @@ def _str(value: object) -> str:
 class SlurmJob:
     """One job from ``squeue --json``, reduced to what trainguard uses."""
 
+    # what it is and how it stands
     job_id: str
     state: WorkloadState
     slurm_state: str
     reason: str
     restart_cnt: int
-    nodes: tuple[str, ...]
-    excluded_nodes: tuple[str, ...]
-    node_count: int
+    requeue: bool
+    priority: int | None
+    # where it runs, and where it must not
     partitions: tuple[str, ...]
+    nodes: tuple[str, ...]
+    node_count: int
+    batch_host: str
+    excluded_nodes: tuple[str, ...]
+    # what people, and trainguard, wrote on it
     comment: str
     admin_comment: str
-    priority: int | None
-    requeue: bool
-    batch_host: str
     name: str = ""
     marker: Marker = field(default_factory=Marker)
 
