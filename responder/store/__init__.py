@@ -16,10 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from responder.alerts import ClassifiedAlert, Notification
 from responder.model import AuditRecord, Incident, StoredAlert
+
+Refusals: TypeAlias = Mapping[tuple[str, str, str], AuditRecord]
+"""The audit record of each rejected alert of a notification, by the alert's key (``ClassifiedAlert.key``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +51,7 @@ class RecordQuery:
 
 class IncidentStore(Protocol):
     def ingest(
-        self,
-        notification: Notification,
-        alerts: Sequence[ClassifiedAlert],
-        now: float,
-        window: float,
-        refusals: Mapping[tuple[str, str, str], AuditRecord],
+        self, notification: Notification, alerts: list[ClassifiedAlert], now: float, window: float, refusals: Refusals
     ) -> IngestResult: ...
     def due_incidents(self, now: float) -> list[Incident]: ...
     def next_deadline(self) -> float | None: ...

@@ -17,7 +17,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
@@ -27,7 +27,7 @@ from pydantic_core import to_json
 
 from responder.alerts import ClassifiedAlert, Notification
 from responder.model import AuditRecord, Incident, StoredAlert, new_id
-from responder.store import IngestResult, RecordQuery
+from responder.store import IngestResult, RecordQuery, Refusals
 from responder.store.schema import SCHEMA, SCHEMA_VERSION
 
 _RECORD_FIELDS = tuple(f.name for f in fields(AuditRecord))
@@ -119,12 +119,7 @@ class SqliteStore:
     # -- ingest ---------------------------------------------------------------------------------
 
     def ingest(
-        self,
-        notification: Notification,
-        alerts: Sequence[ClassifiedAlert],
-        now: float,
-        window: float,
-        refusals: Mapping[tuple[str, str, str], AuditRecord],
+        self, notification: Notification, alerts: list[ClassifiedAlert], now: float, window: float, refusals: Refusals
     ) -> IngestResult:
         """Store every alert once; open incidents for new evidence; audit new rejections. Atomic.
 
