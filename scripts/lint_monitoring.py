@@ -29,7 +29,7 @@ INSTALL_HINT = "apt-get install prometheus prometheus-alertmanager"
 TOOL_TIMEOUT_S = 120
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Alert:
     name: str
     file: Path
@@ -45,7 +45,7 @@ class Coverage:
     firing: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Layout:
     root: Path
 
