@@ -50,7 +50,7 @@ def kube() -> FakeKube:
     return kube
 
 
-def exercise(sched: KubeWorkloadScheduler, delete: KubeWorkloadScheduler) -> None:
+def exercise(sched: KubeWorkloadScheduler[Any], delete: KubeWorkloadScheduler[Any]) -> None:
     """Every verb: observe, restart excluding a node, hold, release, stop (both modes), drain, resume."""
 
     def req(action: Action, workload: str = "ml/a", **fields: Any) -> ActionRequest:
@@ -69,7 +69,7 @@ def exercise(sched: KubeWorkloadScheduler, delete: KubeWorkloadScheduler) -> Non
     assert [o.outcome for o in outcomes] == ["done"] * len(outcomes), [o.detail for o in outcomes]
 
 
-def make(kind: type[KubeWorkloadScheduler], server: FakeServer, **settings: Any) -> KubeWorkloadScheduler:
+def make(kind: type[KubeWorkloadScheduler[Any]], server: FakeServer, **settings: Any) -> KubeWorkloadScheduler[Any]:
     model = JobSetSettings if kind is JobSetScheduler else PyTorchJobSettings
     options: dict[str, Any] = {"verify_timeout_s": 2.0, "poll_interval_s": 0.01, "max_isolated_fraction": 0.5}
     return kind(
@@ -79,7 +79,7 @@ def make(kind: type[KubeWorkloadScheduler], server: FakeServer, **settings: Any)
 
 @pytest.mark.parametrize(("kind", "rules"), [(JobSetScheduler, "jobset"), (PyTorchJobScheduler, "pytorchjob")])
 def test_each_adapter_uses_exactly_the_chart_rules_for_its_kind(
-    kube: FakeKube, server: FakeServer, kind: type[KubeWorkloadScheduler], rules: str
+    kube: FakeKube, server: FakeServer, kind: type[KubeWorkloadScheduler[Any]], rules: str
 ) -> None:
     exercise(make(kind, server), make(kind, server, stop_mode="delete"))
     used = kube.permissions()
