@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import time
 from pathlib import Path
 
 import httpx
@@ -19,6 +18,7 @@ from responder.store.sqlite import SqliteStore
 from tests.services import wait_until
 from trainguard.lab.payloads import nccl_storm_with_xid
 from trainguard.lab.server import ServerProcess
+from trainguard.lab.stack import scraped_value
 
 
 def _records(db: Path) -> list[tuple[str, str]]:
@@ -29,6 +29,10 @@ def _records(db: Path) -> list[tuple[str, str]]:
 def _decisions(url: str) -> list[dict[str, object]]:
     body = httpx.get(f"{url}/v1/decisions", timeout=5).json()
     return [d for d in body["decisions"] if d["kind"] == "decision"]
+
+
+def _open_incidents(url: str) -> float:
+    return scraped_value(url, "trainguard_responder_open_incidents")
 
 
 def test_sigkill_after_accept_before_decide_gives_exactly_one_decision(tmp_path: Path) -> None:
@@ -48,8 +52,8 @@ def test_sigkill_after_accept_before_decide_gives_exactly_one_decision(tmp_path:
         # Alertmanager re-sends the group after the outage: still duplicates.
         again = httpx.post(f"{restarted.url}/v1/alerts", json=payload, timeout=10).json()
         assert again["duplicates"] == 17
-        wait_until(lambda: _decisions(restarted.url), 15, what="the decision after restart")
-        time.sleep(1.0)
+        # Decided once the incident is no longer open: nothing more can be decided for it.
+        wait_until(lambda: _decisions(restarted.url) and not _open_incidents(restarted.url), 15, what="the decision")
         [decision] = _decisions(restarted.url)
         assert decision["action"] == "requeue_excluding"
         assert decision["excluded_nodes"] == ["gpu-004"]
@@ -59,8 +63,9 @@ def test_sigkill_after_accept_before_decide_gives_exactly_one_decision(tmp_path:
     # Killed after the decision: a third life decides nothing new.
     third = ServerProcess(db)
     try:
-        httpx.post(f"{third.url}/v1/alerts", json=payload, timeout=10)
-        time.sleep(1.5)
+        resent = httpx.post(f"{third.url}/v1/alerts", json=payload, timeout=10).json()
+        assert (resent["duplicates"], resent["incidents_opened"]) == (17, [])  # so nothing is left to decide
+        assert _open_incidents(third.url) == 0
         assert len(_decisions(third.url)) == 1
     finally:
         third.stop()

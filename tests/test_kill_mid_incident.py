@@ -24,6 +24,7 @@ from trainguard.lab.stack import (
     pipeline,
     prometheus_config,
     responder_available,
+    scraped_value,
     start_alertmanager,
     start_prometheus,
 )
@@ -33,21 +34,12 @@ pytestmark = pytest.mark.prometheus
 WINDOW_S = 8.0
 
 
-def _sample(url: str, series: str) -> float:
-    """The value of one series (name and labels, as exposed) on the responder's /metrics; 0 when absent."""
-    status, body = http_get(f"{url}/metrics")
-    for line in body.decode().splitlines() if status == 200 else []:
-        if line.startswith(f"{series} "):
-            return float(line.split()[1])
-    return 0.0
-
-
 def _open_incidents(url: str) -> float:
-    return _sample(url, "trainguard_responder_open_incidents")
+    return scraped_value(url, "trainguard_responder_open_incidents")
 
 
 def _notifications(url: str) -> float:
-    return _sample(url, 'trainguard_responder_notifications_total{result="stored"}')
+    return scraped_value(url, 'trainguard_responder_notifications_total{result="stored"}')
 
 
 def test_prometheus_and_alertmanager_killed_mid_incident(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

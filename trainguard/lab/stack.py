@@ -89,6 +89,15 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, bytes]:
         return 0, b""
 
 
+def scraped_value(url: str, series: str) -> float:
+    """The value of one series (its name and labels, as exposed) on ``url``'s /metrics; 0 when absent."""
+    status, body = http_get(f"{url}/metrics")
+    for line in body.decode().splitlines() if status == 200 else []:
+        if line.startswith(f"{series} "):
+            return float(line.split()[1])
+    return 0.0
+
+
 # --------------------------------------------------------------------------------------------------
 # Processes
 
