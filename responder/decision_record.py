@@ -4,6 +4,7 @@ verdict, mode, time) plus each record's own action, reason, exclusions and the b
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from responder.attribution import Verdict
 from responder.breaker import BreakerCheck
@@ -14,13 +15,15 @@ class RecordBuilder:
     """Builds the records of one incident from the parts they share."""
 
     def __init__(
-        self, incident: Incident, alerts: Sequence[StoredAlert], verdict: Verdict, mode: Mode, now: float
-    ) -> None:
+        self, incident: Incident, alerts: Sequence[StoredAlert], verdict: Verdict, mode: Mode, now: float,
+        node_group: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
         self.incident = incident
         self.alerts = alerts
         self.verdict = verdict
         self.mode = mode
         self.now = now
+        self.node_group = node_group or {}
 
     def record(
         self,
@@ -66,4 +69,5 @@ class RecordBuilder:
                 "alerts": len(self.alerts),
             },
             safety={"breaker": safety.reason or "ok", "allowed": safety.allowed, "tripped": safety.tripped},
+            node_group=dict(self.node_group),
         )

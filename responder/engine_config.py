@@ -3,13 +3,14 @@ the engine depends on these few properties, not on the configuration module."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from responder.approval import ApprovalSettings
 from responder.breaker import BreakerSettings
 from responder.isolation import LedgerSettings
 from responder.model import Mode
+from responder.node_groups import NodeGroup
 from responder.policy import PolicySettings
 
 
@@ -24,6 +25,8 @@ class ClusterConfig(Protocol):
     def policy(self) -> PolicySettings: ...
     @property
     def approval(self) -> ApprovalSettings: ...
+    @property
+    def node_groups(self) -> Sequence[NodeGroup]: ...
 
 
 class EngineConfig(Protocol):
