@@ -1,5 +1,5 @@
 """A cluster's node groups and their modes: ``GET /v1/clusters/{c}/groups``, ``GET|PUT
-/v1/clusters/{c}/groups/{g}/mode`` (``responder.node_groups``; ``trainguard mode C --group G``).
+/v1/clusters/{c}/groups/{g}/mode`` (``responder.node_groups``; ``trainguard mode --group G C``).
 
 Setting a group's mode passes the same checks as a cluster's: the operator token (or loopback without
 one), and act mode only where the cluster has a scheduler. Only configured groups exist: a group is a

@@ -85,7 +85,10 @@ def register(sub: Any) -> None:
     mode.add_argument(
         "--create", action="store_true", help="switch a cluster neither configured nor seen yet (else refused)"
     )
-    mode.add_argument("--group", help="a node group of the cluster (node_groups): show or switch its mode only")
+    mode.add_argument(
+        "--group",
+        help="a node group of the cluster (node_groups): show or switch its mode only; give it before CLUSTER",
+    )
     mode.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
     mode.set_defaults(handler=_mode)
 

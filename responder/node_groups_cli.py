@@ -1,4 +1,4 @@
-"""``trainguard mode CLUSTER --group GROUP [MODE]``, and the groups' lines under ``trainguard mode CLUSTER``.
+"""``trainguard mode --group GROUP CLUSTER [MODE]``, and the groups' lines under ``trainguard mode CLUSTER``.
 
 Both call the responder's API (``responder.api_node_groups``) with the operator token for a switch, so
 a group's switch is checked and logged as a cluster's is.
@@ -38,7 +38,7 @@ def print_groups(args: argparse.Namespace, call: Call) -> int:
         return body
     for group in body["groups"]:
         own = group["source"] != "cluster" and group["mode"] != body["mode"]
-        hint = f"; switch it with trainguard mode {args.cluster} --group {group['group']} MODE" if own else ""
+        hint = f"; switch it with trainguard mode --group {group['group']} {args.cluster} MODE" if own else ""
         print(f"  group {group['group']}: {group['mode']} ({_source(group['source'])}{hint})")
     return 0
 

@@ -56,7 +56,8 @@ def form(r: Responder, headers: dict[str, str] | None = None) -> tuple[str, str]
     assert page.status_code == 200, page.text
     csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text)
     text = re.search(r'<textarea[^>]*name="config"[^>]*>(.*?)</textarea>', page.text, re.S)
-    assert csrf and text
+    assert csrf
+    assert text
     return csrf.group(1), text.group(1).replace("&quot;", '"').replace("&#x27;", "'")
 
 
@@ -68,7 +69,8 @@ def test_the_page_is_prefilled_with_the_running_policy_and_nothing_else(
     running = yaml.safe_load(text)
     assert running["clusters"]["lab"]["policy"]["max_attempts"] == 5
     assert set(running["clusters"]["lab"]) == {"policy"}
-    assert "secret-path" not in text and "slurm" not in text  # scheduler settings stay on the server
+    assert "secret-path" not in text
+    assert "slurm" not in text
 
 
 def test_a_lower_attempt_cap_flips_exactly_attempts_two_and_three(make_responder: Callable[..., Responder]) -> None:
@@ -86,10 +88,13 @@ def test_a_lower_attempt_cap_flips_exactly_attempts_two_and_three(make_responder
         [ids["102#2"], ids["103#3"]]
     )
     for row in changed:
-        assert "requeue_excluding [gpu-00" in row and "<strong>stop</strong>" in row and "cap is 3 attempts" in row
+        assert "requeue_excluding [gpu-00" in row
+        assert "<strong>stop</strong>" in row
+        assert "cap is 3 attempts" in row
     recorded = re.search(r'id="precision-recorded">.*?class="num precision">([^<]+)<', page, re.S)
     new = re.search(r'id="precision-new">.*?class="num precision">([^<]+)<', page, re.S)
-    assert recorded and new
+    assert recorded
+    assert new
     assert (recorded.group(1), new.group(1)) == ("0.60", "0.67")
     assert "2 would act differently" in page
     # No side effects: the store and the scheduler are as they were, the running policy unchanged.
@@ -101,10 +106,13 @@ def test_a_lower_attempt_cap_flips_exactly_attempts_two_and_three(make_responder
 def test_a_partial_candidate_keeps_the_rest_and_since_limits(make_responder: Callable[..., Responder]) -> None:
     r, _ = with_history(make_responder)
     csrf, _ = form(r)
-    response = r.client.post("/console/replay", data={"csrf": csrf, "since": "3h",
-                                                      "config": "clusters: {lab: {policy: {infra_with_nodes: none}}}"})
+    response = r.client.post(
+        "/console/replay",
+        data={"csrf": csrf, "since": "3h", "config": "clusters: {lab: {policy: {infra_with_nodes: none}}}"},
+    )
     assert response.status_code == 200, response.text
-    # Only the last two decisions (3600 s apart, the last 3600 s ago) fall within 3 h; 109#0 (infra, no review) flips to none.
+    # Only the last two decisions (3600 s apart, the last 3600 s ago) fall within 3 h;
+    # 109#0 (infra, no review) flips to none.
     assert "2 decisions replayed since 3h, 1 would change" in response.text
     assert len(re.findall(r'<tr class="changed">', response.text)) == 1
 

@@ -8,6 +8,7 @@ The same on a real Slurm with two partitions is ``tests/test_slurm_node_groups.p
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,13 @@ from responder.clock import FakeClock
 from responder.errors import ConfigError
 from responder.model import Mode, StoredAlert
 from responder.node_groups import NodeGroup, resolve
-from responder.replay import replay
 from responder.policy import PolicySettings
-from responder.settings import ClusterSettings, load_settings
+from responder.replay import replay
+from responder.settings import ClusterSettings, Settings, load_settings
 from tests.conftest import Responder
+from tests.test_cli import run
 from trainguard.lab.payloads import alert, notification
+from trainguard.lab.server import ServerProcess
 
 CANARY = {"name": "canary", "partitions": ["canary"], "nodes": ["gpu-00[12]"], "mode": "act"}
 
@@ -185,11 +188,33 @@ def test_replay_applies_the_candidate_group_policy_to_the_group_only(
 ) -> None:
     r = grouped(make_responder, CANARY)
     on_canary, elsewhere = fault(r, "40", "gpu-001"), fault(r, "41", "gpu-005")
-    settings = r.engine.settings
     candidate_group = NodeGroup.model_validate({**CANARY, "policy": {"infra_with_nodes": "stop"}})
-    candidate = settings.model_copy(  # type: ignore[attr-defined]
-        update={"clusters": {"lab": settings.cluster("lab").model_copy(update={"node_groups": [candidate_group]})}}
-    )
+    candidate = Settings(clusters={"lab": ClusterSettings(node_groups=[candidate_group])})
     report = replay(r.engine.store, candidate)
     assert [(row.id, row.new_action, row.group) for row in report.changed] == [(on_canary["id"], "stop", "canary")]
     assert elsewhere["id"] in {row.id for row in report.rows}
+
+
+def test_trainguard_mode_shows_and_switches_a_group(tmp_path: Path) -> None:
+    """``trainguard mode`` against a real ``trainguard serve`` with a node group in its configuration."""
+    config = tmp_path / "tg.yaml"
+    config.write_text(yaml.safe_dump({"clusters": {"lab": {"node_groups": [CANARY]}}}))
+    server = ServerProcess(tmp_path / "tg.db", args=["--config", str(config)])
+    env = {**os.environ, "TRAINGUARD_URL": server.url}
+    try:
+        shown = run("mode", "lab", env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.splitlines() == [
+            "lab: monitor",
+            "  group canary: act (configured; switch it with trainguard mode --group canary lab MODE)",
+        ]
+        switched = run("mode", "--group", "canary", "lab", "monitor", env=env)
+        assert (switched.returncode, switched.stdout.strip()) == (0, "lab group canary: monitor (set by an operator)")
+        assert run("mode", "lab", "--group", "canary", env=env).stdout.strip() == (
+            "lab group canary: monitor (set by an operator)"
+        )
+        unknown = run("mode", "--group", "nope", "lab", "act", env=env)
+        assert unknown.returncode == 2
+        assert "no node group 'nope' (configured: canary)" in unknown.stderr
+    finally:
+        server.stop()
