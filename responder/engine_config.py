@@ -3,30 +3,20 @@ the engine depends on these few properties, not on the configuration module."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Protocol
 
-from responder.approval import ApprovalSettings
 from responder.breaker import BreakerSettings
 from responder.isolation import LedgerSettings
-from responder.model import Mode
-from responder.node_groups import NodeGroup
-from responder.policy import PolicySettings
+from responder.node_groups import GroupedCluster
 
 
-class ClusterConfig(Protocol):
-    """What the engine reads of one cluster's settings (``responder.settings.ClusterSettings``)."""
+class ClusterConfig(GroupedCluster, Protocol):
+    """What the engine reads of one cluster's settings (``responder.settings.ClusterSettings``): its mode,
+    policy, approval rule and node groups (``GroupedCluster``), and its size."""
 
-    @property
-    def mode(self) -> Mode: ...
     @property
     def nodes(self) -> int | None: ...
-    @property
-    def policy(self) -> PolicySettings: ...
-    @property
-    def approval(self) -> ApprovalSettings: ...
-    @property
-    def node_groups(self) -> Sequence[NodeGroup]: ...
 
 
 class EngineConfig(Protocol):
