@@ -197,8 +197,8 @@ def test_replay_applies_the_candidate_group_policy_to_the_group_only(
 
 def test_trainguard_mode_shows_and_switches_a_group(tmp_path: Path) -> None:
     """``trainguard mode`` against a real ``trainguard serve`` with a node group in its configuration."""
-    config = tmp_path / "tg.yaml"
-    config.write_text(yaml.safe_dump({"clusters": {"lab": {"node_groups": [CANARY]}}}))
+    config = tmp_path / "tg.yaml"  # approve, not act: act without a scheduler is refused at start (below)
+    config.write_text(yaml.safe_dump({"clusters": {"lab": {"node_groups": [{**CANARY, "mode": "approve"}]}}}))
     server = ServerProcess(tmp_path / "tg.db", args=["--config", str(config)])
     env = {**os.environ, "TRAINGUARD_URL": server.url}
     try:
@@ -206,7 +206,7 @@ def test_trainguard_mode_shows_and_switches_a_group(tmp_path: Path) -> None:
         assert shown.returncode == 0, shown.stderr
         assert shown.stdout.splitlines() == [
             "lab: monitor",
-            "  group canary: act (configured; switch it with trainguard mode --group canary lab MODE)",
+            "  group canary: approve (configured; switch it with trainguard mode --group canary lab MODE)",
         ]
         switched = run("mode", "--group", "canary", "lab", "monitor", env=env)
         assert (switched.returncode, switched.stdout.strip()) == (0, "lab group canary: monitor (set by an operator)")
@@ -218,3 +218,11 @@ def test_trainguard_mode_shows_and_switches_a_group(tmp_path: Path) -> None:
         assert "no node group 'nope' (configured: canary)" in unknown.stderr
     finally:
         server.stop()
+
+
+def test_serve_refuses_a_group_in_act_mode_without_a_scheduler(tmp_path: Path) -> None:
+    config = tmp_path / "tg.yaml"
+    config.write_text(yaml.safe_dump({"clusters": {"lab": {"node_groups": [CANARY]}}}))
+    out = run("serve", "--config", str(config), "--db", str(tmp_path / "tg.db"), "--port", "1")
+    assert out.returncode == 2
+    assert "clusters.lab.node_groups.0.mode is act but clusters.lab.scheduler is not set" in out.stderr
