@@ -92,14 +92,10 @@ NodeGroups = Annotated[list[NodeGroup], AfterValidator(_unique)]
 class GroupedCluster(Protocol):
     """What resolution reads of a cluster's settings (``responder.settings.ClusterSettings``)."""
 
-    @property
-    def mode(self) -> Mode: ...
-    @property
-    def policy(self) -> PolicySettings: ...
-    @property
-    def approval(self) -> ApprovalSettings: ...
-    @property
-    def node_groups(self) -> Sequence[NodeGroup]: ...
+    mode: Mode
+    policy: PolicySettings
+    approval: ApprovalSettings
+    node_groups: list[NodeGroup]
 
 
 @dataclass(frozen=True, slots=True)
