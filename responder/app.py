@@ -16,7 +16,16 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from responder import api, api_goodput, approval_api, console, console_approval, console_goodput
+from responder import (
+    api,
+    api_goodput,
+    api_node_groups,
+    approval_api,
+    console,
+    console_approval,
+    console_goodput,
+    console_replay,
+)
 from responder.alertmanager import AlertmanagerClient
 from responder.attribution import Enricher
 from responder.clock import Clock
@@ -80,10 +89,12 @@ def create_app(
         routes=[
             *api.ROUTES,
             *approval_api.ROUTES,
+            *api_node_groups.ROUTES,
             *api_goodput.ROUTES,
             *console_approval.ROUTES,
             *console.ROUTES,
             *console_goodput.ROUTES,
+            *console_replay.ROUTES,
         ],
         lifespan=lifespan,
         exception_handlers={ResponderError: api.responder_error, HTTPException: api.http_error},  # type: ignore[dict-item]

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from responder import approval_cli, replay_cli
+from responder import approval_cli, node_groups_cli, replay_cli
 from responder.errors import ConfigError
 from responder.model import Mode
 from responder.schedulers.slurm import watchdog
@@ -84,6 +84,10 @@ def register(sub: Any) -> None:
     mode.add_argument("mode", nargs="?", choices=[m.value for m in Mode], help="new mode; omit to show the current one")
     mode.add_argument(
         "--create", action="store_true", help="switch a cluster neither configured nor seen yet (else refused)"
+    )
+    mode.add_argument(
+        "--group",
+        help="a node group of the cluster (node_groups): show or switch its mode only; give it before CLUSTER",
     )
     mode.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
     mode.set_defaults(handler=_mode)
@@ -239,6 +243,8 @@ def _print_records(records: list[dict[str, Any]], as_json: bool) -> None:
 
 
 def _mode(args: argparse.Namespace) -> int:
+    if args.group is not None:
+        return node_groups_cli.group_mode(args, _call, _operator_headers)
     path = f"/v1/clusters/{args.cluster}/mode"
 
     def send(client: httpx.Client) -> httpx.Response:
@@ -254,4 +260,4 @@ def _mode(args: argparse.Namespace) -> int:
         print(f"trainguard mode: cluster {body['cluster']!r} is unknown (not configured, no records): a typo?",
               file=sys.stderr)  # fmt: skip
         return 2
-    return 0
+    return node_groups_cli.print_groups(args, _call)

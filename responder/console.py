@@ -49,7 +49,7 @@ MAX_FORM_BYTES = 4096
 _VOID = frozenset({"input", "br", "meta", "link", "img"})
 _STANDING_BADGE = {"drain recorded": "bad", "drain due": "bad", "watch": "warn", "faded": "ok"}
 PAGES = (("/console", "Overview"), ("/console/decisions", "Decisions"), ("/console/nodes", "Node ledger"),
-         ("/console/goodput", "Goodput"))  # fmt: skip
+         ("/console/goodput", "Goodput"), ("/console/replay", "Replay"))  # fmt: skip
 
 
 class Html(str):

@@ -4,7 +4,8 @@ verdict, mode, time) plus each record's own action, reason, exclusions and the b
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from responder.attribution import Verdict
 from responder.breaker import BreakerCheck
@@ -20,6 +21,7 @@ class RecordBuilder:
     verdict: Verdict
     mode: Mode
     now: float
+    node_group: dict[str, Any] = field(default_factory=dict)
 
     def record(
         self,
@@ -65,4 +67,5 @@ class RecordBuilder:
                 "alerts": len(self.alerts),
             },
             safety={"breaker": safety.reason or "ok", "allowed": safety.allowed, "tripped": safety.tripped},
+            node_group=dict(self.node_group),
         )

@@ -25,7 +25,7 @@ from datetime import datetime
 
 from anyio import to_thread
 
-from responder import approval, breaker, experiments, goodput, isolation
+from responder import approval, breaker, experiments, goodput, isolation, node_groups
 from responder.alerts import ClassifiedAlert, Notification, classify
 from responder.attribution import Context, Enricher, NoEnrichment, Verdict, attribute, checkpoint_step
 from responder.breaker import BreakerCheck
@@ -219,8 +219,8 @@ class Engine:
         alerts, context = prepared or self._prepare_now(incident)
         verdict = attribute(alerts, context)
         now = self.clock.now()
-        cluster_settings = self.settings.cluster(incident.cluster)
-        mode = self.mode(incident.cluster)
+        cluster_settings = node_groups.scope(self, incident.cluster, alerts)  # the node group's mode and policy
+        mode = cluster_settings.mode
         carried = self.store.workload_nodes(incident.cluster, incident.workload)
         severities = {a.labels.get("severity", "") for a in alerts}
         chosen = plan(
@@ -232,7 +232,7 @@ class Engine:
             if experiment.blamed:
                 scores = verdict.scores | dict.fromkeys(experiment.blamed, 1.0)
                 verdict = dataclasses.replace(verdict, implicated=experiment.blamed, scores=scores)
-        base = RecordBuilder(incident, alerts, verdict, mode, now)
+        base = RecordBuilder(incident, alerts, verdict, mode, now, cluster_settings.section)
 
         records = []
         new_nodes = frozenset(chosen.excluded_nodes) - carried

@@ -6,24 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from responder.approval import ApprovalSettings
 from responder.breaker import BreakerSettings
 from responder.isolation import LedgerSettings
-from responder.model import Mode
-from responder.policy import PolicySettings
+from responder.node_groups import GroupedCluster
 
 
-class ClusterConfig(Protocol):
-    """What the engine reads of one cluster's settings (``responder.settings.ClusterSettings``)."""
+class ClusterConfig(GroupedCluster, Protocol):
+    """What the engine reads of one cluster's settings (``responder.settings.ClusterSettings``): its mode,
+    policy, approval rule and node groups (``GroupedCluster``), and its size."""
 
-    @property
-    def mode(self) -> Mode: ...
     @property
     def nodes(self) -> int | None: ...
-    @property
-    def policy(self) -> PolicySettings: ...
-    @property
-    def approval(self) -> ApprovalSettings: ...
 
 
 class EngineConfig(Protocol):

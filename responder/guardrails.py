@@ -66,6 +66,13 @@ def act_without_scheduler(settings: Settings, scheduler: ClusterSchedulers) -> l
         for name, cluster in settings.clusters.items()
         if cluster.mode == Mode.ACT and name not in scheduler.adapters
     ]
+    problems += [
+        f"clusters.{name}.node_groups.{i}.mode is act but clusters.{name}.scheduler is not set: every action of "
+        f"node group {group.name} would fail"
+        for name, cluster in settings.clusters.items()
+        for i, group in enumerate(cluster.node_groups)
+        if group.mode == Mode.ACT and name not in scheduler.adapters
+    ]
     if settings.default_mode == Mode.ACT and not scheduler.adapters:
         problems.append("default_mode is act but no cluster has a scheduler: every action would fail")
     return problems

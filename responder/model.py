@@ -142,6 +142,7 @@ class AuditRecord:
     actor: str = "responder"  # who wrote the record: the responder, or the Slurm watchdog
     approval: dict[str, Any] = field(default_factory=dict)  # approve mode: rule, deadline, who decided, when
     silence: dict[str, Any] = field(default_factory=dict)  # the Alertmanager silence made while acting, if any
+    node_group: dict[str, Any] = field(default_factory=dict)  # which node group's mode and policy applied, why
 
     def to_json(self) -> dict[str, Any]:
         """The API's and Loki's form: docs/interfaces.md §5 fields with RFC 3339 timestamps."""

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from responder.attribution import attribute
-from responder.model import Action, AuditRecord, Kind
+from responder.model import Action, AuditRecord, Kind, Mode
+from responder.node_groups import resolve
 from responder.policy import plan
 from responder.settings import Settings
 from responder.store import AuditStore, RecordQuery
@@ -43,6 +44,7 @@ class ReplayRow:
     new_reason: str
     review: str | None  # the latest operator verdict: correct, wrong, or none
     context: bool  # the recorded decision had Prometheus context that replay cannot reproduce
+    group: str | None = None  # the node group whose policy the new configuration applied (None: the cluster's)
 
     @property
     def changed(self) -> bool:
@@ -106,7 +108,10 @@ def _row(store: AuditStore, settings: Settings, record: AuditRecord, carried: fr
     alerts = [a for a in store.incident_alerts(record.incident_id) if a.received_at <= record.decided_at]
     verdict = attribute(alerts)
     severities = {a.labels.get("severity", "") for a in alerts} - {""}
-    chosen = plan(verdict, record.attempt, settings.cluster(record.cluster).policy, carried, severities)
+    cluster = settings.cluster(record.cluster)
+    mode = Mode(store.get_mode(record.cluster) or cluster.mode)
+    scope = resolve(cluster, mode, store.group_modes(record.cluster) if cluster.node_groups else {}, alerts)
+    chosen = plan(verdict, record.attempt, scope.policy, carried, severities)
     reviews = store.reviews(record.id)
     return ReplayRow(  # which decision (its id, cluster, workload, attempt, time), then what was and would be done
         record.id,
@@ -120,6 +125,7 @@ def _row(store: AuditStore, settings: Settings, record: AuditRecord, carried: fr
         new_action=str(chosen.action),
         new_nodes=sorted(chosen.excluded_nodes),
         new_reason=chosen.reason,
+        group=scope.group,
         review=str(reviews[-1]["verdict"]) if reviews else None,
         context=_had_context(record),
     )

@@ -23,6 +23,7 @@ from responder.errors import ConfigError
 from responder.isolation import LedgerSettings
 from responder.loki import LokiSettings
 from responder.model import Mode
+from responder.node_groups import NodeGroups
 from responder.policy import PolicySettings
 from responder.schedulers.router import SchedulerSettings
 from responder.store.retention import RetentionSettings
@@ -37,6 +38,7 @@ class ClusterSettings(BaseModel):
     policy: PolicySettings = Field(default_factory=PolicySettings)
     approval: ApprovalSettings = Field(default_factory=ApprovalSettings, description="approve mode's waits")
     silences: SilenceSettings = Field(default_factory=SilenceSettings, description="Alertmanager silences, off")
+    node_groups: NodeGroups = Field(default_factory=list, description="parts with own mode, policy")
     scheduler: SchedulerSettings | None = Field(
         None, description="scheduler adapter settings, e.g. {kind: slurm, ...}; none: act mode fails safe"
     )

@@ -43,6 +43,7 @@ LAYERS: dict[str, str] = {
     "responder.suspicion": "domain",
     "responder.breaker": "domain",
     "responder.approval": "domain",
+    "responder.node_groups": "domain",
     "responder.store": "domain",
     "responder.schedulers.base": "domain",
     "responder.store.sqlite": "adapter",

@@ -125,6 +125,7 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1,bf_interval=1
 NodeName=n[1-$NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((PORT_BASE+1))-$((PORT_BASE+NODES))] CPUs=$CPUS RealMemory=$MEM State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=canary Nodes=n[1-2] Default=NO MaxTime=INFINITE State=UP
 CONF
   if [[ -s $CONF ]] && cmp -s "$CONF" "$CONF.new"; then rm -f "$CONF.new"; else mv "$CONF.new" "$CONF"; fi
 }

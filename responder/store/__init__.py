@@ -2,7 +2,7 @@
 
 * ``IncidentStore``: accepted alerts and the incidents they open, decided once;
 * ``RecordStore``: audit records (decisions and refusals) and their outcomes;
-* ``ModeStore``: each cluster's mode, as an operator last set it;
+* ``ModeStore``: each cluster's (and node group's) mode, as an operator last set it;
 * ``ReviewStore``: operators' verdicts on decisions, and the precision per pattern they give;
 * ``LedgerStore``: node implications across attempts and workloads (``responder.isolation``);
 * ``BreakerStore``: what the circuit breaker counts, and its trips (``responder.breaker``).
@@ -78,6 +78,8 @@ class ModeStore(Protocol):
     def get_mode(self, cluster: str) -> str | None: ...
     def set_mode(self, cluster: str, mode: str, now: float, changed_by: str) -> None: ...
     def modes(self) -> dict[str, str]: ...
+    def group_modes(self, cluster: str) -> dict[str, str]: ...
+    def set_group_mode(self, cluster: str, group: str, mode: str, now: float, changed_by: str) -> None: ...
 
 
 class ReviewStore(Protocol):

@@ -93,6 +93,14 @@ CREATE TABLE IF NOT EXISTS modes (
     changed_at REAL NOT NULL,
     changed_by TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS group_modes (
+    cluster TEXT NOT NULL,
+    grp TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    changed_at REAL NOT NULL,
+    changed_by TEXT NOT NULL,
+    PRIMARY KEY (cluster, grp)
+);
 CREATE TABLE IF NOT EXISTS reviews (
     id INTEGER PRIMARY KEY,
     record_id TEXT NOT NULL,

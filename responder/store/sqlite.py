@@ -333,6 +333,18 @@ class SqliteStore:
     def modes(self) -> dict[str, str]:
         return {r["cluster"]: r["mode"] for r in self._query("SELECT cluster, mode FROM modes")}
 
+    def group_modes(self, cluster: str) -> dict[str, str]:
+        rows = self._query("SELECT grp, mode FROM group_modes WHERE cluster=?", (cluster,))
+        return {r["grp"]: r["mode"] for r in rows}
+
+    def set_group_mode(self, cluster: str, group: str, mode: str, now: float, changed_by: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO group_modes VALUES (?, ?, ?, ?, ?) ON CONFLICT (cluster, grp) DO UPDATE SET"
+                " mode=excluded.mode, changed_at=excluded.changed_at, changed_by=excluded.changed_by",
+                (cluster, group, mode, now, changed_by),
+            )
+
     def add_review(self, record_id: str, verdict: str, note: str, now: float) -> None:
         with self._tx() as db:
             db.execute(
