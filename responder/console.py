@@ -399,13 +399,15 @@ async def set_mode(request: Request) -> Response:
     )  # fmt: skip
 
 
-async def console_form(request: Request, svc: Services, what: str) -> dict[str, str] | Response:
+async def console_form(
+    request: Request, svc: Services, what: str, limit: int = MAX_FORM_BYTES
+) -> dict[str, str] | Response:
     """The fields of a form this console made, or the error page: sent from another site, larger than
-    ``what`` can be, or without this process's CSRF token."""
+    ``what`` can be (``limit`` bytes), or without this process's CSRF token."""
     if not _same_origin(request):
         return _error(request, 403, "Refused", "This form was sent from another site.")
     try:
-        body = await read_capped(request, MAX_FORM_BYTES)
+        body = await read_capped(request, limit)
     except PayloadTooLarge:
         return _error(request, 413, "Too large", f"The form is larger than {what} can be.")
     form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace")).items()}

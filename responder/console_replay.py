@@ -19,7 +19,6 @@ the guard checks on reads (``GET``) only.
 
 from __future__ import annotations
 
-import hmac
 import urllib.parse
 from typing import Any
 
@@ -30,9 +29,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from responder.auth import bearer_matches, read_capped
-from responder.console import Html, _error, _page, _same_origin, join, tag, when
-from responder.errors import PayloadTooLarge
+from responder.auth import bearer_matches
+from responder.console import Html, _error, _page, console_form, join, tag, when
 from responder.guard import presented_token
 from responder.node_groups import NodeGroups
 from responder.policy import PolicySettings
@@ -125,18 +123,11 @@ async def page(request: Request) -> Response:
 
 async def run(request: Request) -> Response:
     svc = services(request)
-    if not _same_origin(request):
-        return _error(request, 403, "Refused", "This form was sent from another site.")
     if not _may_read(request, svc):
         return _error(request, 401, "Refused", "Replay reads the audit trail: it needs the read token.")
-    try:
-        body = await read_capped(request, MAX_FORM)
-    except PayloadTooLarge:
-        return _error(request, 413, "Too large", f"The policy text is larger than {MAX_YAML // 1024} KiB.")
-    form = {k: v[0] for k, v in urllib.parse.parse_qs(body.decode("utf-8", "replace")).items()}
-    if not hmac.compare_digest(form.get("csrf", "").encode(), svc.csrf.encode()):
-        return _error(request, 403, "Refused", "The form is stale or was not made by this console: "
-                      "reload the page and try again.")  # fmt: skip
+    form = await console_form(request, svc, f"a policy of {MAX_YAML // 1024} KiB", MAX_FORM)
+    if isinstance(form, Response):
+        return form
     text, since_text = form.get("config", ""), form.get("since", "").strip()
     try:
         candidate = candidate_settings(svc.settings, text)
