@@ -8,9 +8,11 @@ makes a cordon evidence is tested by promtool (``alert_rules/tests/scheduler_tes
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from responder.model import Action
@@ -18,6 +20,8 @@ from responder.schedulers.kubernetes.api import KubeAPI
 from responder.schedulers.kubernetes.collector import KubeNodeCollector
 from responder.schedulers.kubernetes.cordons import Cordon, cordon_of, isolated_by_other
 from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings
+from responder.schedulers.router import build_schedulers
+from responder.settings import Settings
 from tests.fake_k8s import FakeKube, FakeServer, build_adapter, k8s_only, make_request
 
 pytestmark = k8s_only()
@@ -144,3 +148,26 @@ def test_an_unreachable_api_server_is_unknown_not_empty() -> None:
     registry.register(KubeNodeCollector(KubeAPI(client.ApiClient(configuration), 2.0), "k8s"))
     names = {s.name: s.value for family in registry.collect() for s in family.samples}
     assert names == {"trainguard_kubernetes_up": 0.0}
+
+
+def test_the_router_exports_the_cordons_with_the_responders_metrics(
+    kube: FakeKube, server: FakeServer, tmp_path: Path
+) -> None:
+    _relabel(kube, "gpu-3", unschedulable=True)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "clusters": [{"name": "fake", "cluster": {"server": server.url}}],
+        "users": [{"name": "tg", "user": {}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "tg"}}],
+        "current-context": "fake",
+    }))  # fmt: skip
+    registry = CollectorRegistry()
+    settings = Settings(clusters={"k8s": {"scheduler": {"kind": "jobset", "kubeconfig": str(kubeconfig)}}})
+    schedulers = build_schedulers(settings.schedulers(), registry)
+    labels = {"cluster": "k8s", "host": "gpu-3", "source": "admin", "reason": "cordoned"}
+    try:
+        assert registry.get_sample_value("trainguard_kubernetes_node_cordoned_by_other", labels) == 1.0
+    finally:
+        adapter = schedulers.adapters["k8s"]
+        assert isinstance(adapter, JobSetScheduler)
+        adapter.api.close()
