@@ -77,6 +77,8 @@ def _follow(
                 f"blamed {', '.join(blamed)} after {len(faulted)} failed attempt(s); "
                 f"Slurm's ExcNodeList then: {','.join(result.excluded) or 'empty'}"
             )
+            result.events.append((time.time() - t0, result.note))
+            say(f"  +{time.time() - t0:6.2f}s  {result.note}")
             break
         attempt, nodes = _running(lab, job)
         if attempt is None or attempt in faulted or bad not in nodes:
