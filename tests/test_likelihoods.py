@@ -76,9 +76,8 @@ def test_reviews_in_the_store_move_the_suspicion_of_that_signal_only(make_respon
     net = _implicate(r, "TrainguardLogInfraNetwork", "infra_network", "5001", "n3")
     now = r.clock.now()
     before = isolation.node_suspicion(r.store, "lab", now, ledger)
-    configured = suspicion([("n", now, 1.0)], [], now, S)["n"]
-    assert before["n2"] == pytest.approx(suspicion([("n", gpu_time(r, gpu), 1.0)], [], now, S)["n"])
-    assert before["n2"] < configured + 1e-9
+    # No reviews yet: every signal at the configured ratio.
+    assert before["n2"] == pytest.approx(suspicion([("n", _stored_at(r, gpu), 1.0)], [], now, S)["n"])
 
     # Operators find that infra_gpu implications here were wrong, 30 times out of 30 (other nodes, other jobs).
     for i in range(30):
@@ -87,13 +86,13 @@ def test_reviews_in_the_store_move_the_suspicion_of_that_signal_only(make_respon
         assert answer.status_code == 200, answer.text
     now = r.clock.now()
     after = isolation.node_suspicion(r.store, "lab", now, ledger)
-    unreviewed = suspicion([("n", gpu_time(r, net), 1.0)], [], now, S)["n"]
+    unreviewed = suspicion([("n", _stored_at(r, net), 1.0)], [], now, S)["n"]
     assert after["n3"] == pytest.approx(unreviewed)  # infra_network never reviewed: the configured ratio
     estimates = likelihoods.estimate(likelihoods.tally(r.store.reviewed_decisions()), S)
     assert estimates["infra_gpu"].reviewed == 30
     assert estimates["infra_gpu"].confirmed == 0
     assert estimates["infra_gpu"].ratio < 20 / 2
-    assert after["n2"] < suspicion([("n", gpu_time(r, gpu), 1.0)], [], now, S)["n"] / 1.5
+    assert after["n2"] < suspicion([("n", _stored_at(r, gpu), 1.0)], [], now, S)["n"] / 1.5
 
     # A later review overrides an earlier one: all 30 now confirmed, the ratio rises past the default.
     for d in [x for x in r.decisions() if x["workload"].startswith("6") and x["action"] != "drain_node"]:
@@ -104,7 +103,7 @@ def test_reviews_in_the_store_move_the_suspicion_of_that_signal_only(make_respon
     assert isolation.node_suspicion(r.store, "lab", now, ledger)["n2"] > after["n2"]
 
 
-def gpu_time(r: Responder, decision: dict[str, Any]) -> float:
+def _stored_at(r: Responder, decision: dict[str, Any]) -> float:
     """When the decision's implication was stored (its decision time)."""
     record = r.store.record(decision["id"])
     assert record is not None
