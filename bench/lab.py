@@ -16,8 +16,9 @@ report with a plot goes beside it.
 
 The class `intermittent` (trainguard/lab/intermittent.py, full run or --classes) is a multi-attempt
 trial: one node makes every attempt it is in time out on every rank; the responder must find it
-through restarts. Every trial runs under that module's POLICY (restarts as experiments within 2 spare
-nodes, a clean run after 20 s, a probe restart after a clean run that settles nothing).
+through restarts. Every trial runs under that module's POLICY (restarts as experiments from the first
+failure within 2 spare nodes, a clean run after 45 s, a probe restart after a clean run that settles
+nothing).
 
 `--corpus net-001,gpu-035` replays those cases of tests/data/corpus/*.jsonl as the target rank's real
 log output (or its node's kernel log), one fault class `corpus:<id>` each, expected decision from the

@@ -299,26 +299,22 @@ class Engine:
         ran_on = experiments.allocation(verdict, hosts - {""}, self._allocation(incident))
         history = self.store.records(query)
         capacity = self.settings.cluster(incident.cluster).nodes
-        return experiments.design(verdict, chosen, ran_on, history, carried, settings, capacity)
+        return experiments.design(verdict, chosen, ran_on, history, carried, settings, capacity, incident.attempt)
 
     def check_clean_runs(self) -> list[AuditRecord]:
         """Experiments that ran ``clean_after_s`` without failing: a follow-up record each (maybe a probe)."""
         now = self.clock.now()
         newest: dict[tuple[str, str], AuditRecord] = {}
         for r in self.store.records(RecordQuery(kind=Kind.DECISION.value, since=now - 7 * 86400, limit=1000)):
-            if r.action != Action.DRAIN_NODE:  # the newest decision of each workload: an experiment or not
+            if r.action != Action.DRAIN_NODE and not experiments.superseded(r):  # the newest experiment, or not
                 newest.setdefault((r.cluster, r.workload), r)
         written = []
         for (cluster, workload), latest in newest.items():
             settings = self.settings.cluster(cluster).policy.localize
             query = RecordQuery(cluster=cluster, workload=workload, kind=Kind.DECISION.value, limit=experiments.HISTORY)
-            capacity = self.settings.cluster(cluster).nodes
-            follow = (
-                experiments.clean_run(latest, self.store.records(query), now, settings, capacity)
-                if settings.enabled
-                else None
-            )
-            if follow is None or not self._still_running(cluster, workload):
+            capacity, running_on = self.settings.cluster(cluster).nodes, self._running_on(cluster, workload)
+            follow = experiments.clean_run(latest, self.store.records(query), now, settings, capacity, running_on)
+            if follow is None:
                 continue
             mode = self.mode(cluster)
             counts = follow.plan.action != Action.NONE
@@ -339,13 +335,17 @@ class Engine:
         except SchedulerError:
             return ()
 
-    def _still_running(self, cluster: str, workload: str) -> bool:
-        """A clean run is evidence only while the workload runs: one cancelled or finished says nothing."""
-        try:
-            observed = self.scheduler.observe(cluster, workload)
-        except SchedulerError:
-            return False
-        return observed.state == WorkloadState.RUNNING
+    def _running_on(self, cluster: str, workload: str) -> Callable[[], tuple[str, ...] | None]:
+        """Asks, when called, the nodes a running workload is on (empty: cannot say); None when it does not run."""
+
+        def ask() -> tuple[str, ...] | None:
+            try:
+                observed = self.scheduler.observe(cluster, workload)
+            except SchedulerError:
+                return None
+            return observed.nodes if observed.state == WorkloadState.RUNNING else None
+
+        return ask
 
     def _check(
         self, cluster: str, mode: Mode, now: float, new_nodes: frozenset[str], counts_action: bool

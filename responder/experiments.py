@@ -8,7 +8,7 @@ failed. So a restart of the responder loses nothing, and the record explains eve
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,19 +46,26 @@ def allocation(verdict: Verdict, hosts: Collection[str], observed: Collection[st
 
 def design(
     verdict: Verdict, chosen: Plan, ran_on: Sequence[str], history: Sequence[AuditRecord],
-    carried: Collection[str], settings: LocalizeSettings, capacity: int | None = None,
+    carried: Collection[str], settings: LocalizeSettings, capacity: int | None = None, attempt: str | None = None,
 ) -> Experiment | None:  # fmt: skip
-    """The next attempt's exclusions: earlier ones kept, plus the split; the waiting note before enough failures."""
+    """The next attempt's exclusions: earlier ones kept, plus the split; the waiting note before enough failures.
+
+    The end of an attempt that trainguard's own probe restarted (``clean_run``) is no failure: its
+    ranks die of the restart. Its incident gets no action and no part in the belief.
+    """
+    if attempt and any(_probed(r, attempt) for r in history):
+        note = f"attempt {attempt} ran clean and was restarted by trainguard's probe: its end is no failure"
+        return Experiment(Plan(Action.NONE, note), (), {"superseded": True, "steps": [note]})
     runs = [*_runs(history), (list(ran_on), True)]
     failures = sum(failed for _, failed in runs)
     universe = sorted({n for run, _ in runs for n in run} | set(carried))
     if failures < settings.after_failures or len(universe) < 2:  # one node: nothing to split
         waiting = f"failure {failures} without a named node; splitting starts at {settings.after_failures}"
         return Experiment(chosen, (), {"ran_on": list(ran_on), "failed": True, "steps": [waiting]})
-    named = {h for h, s in verdict.scores.items() if s > 0}
+    named = _named(history) | {h for h, s in verdict.scores.items() if s > 0}
     belief = _belief(runs, universe, named, settings)
     kept = [n for n in chosen.excluded_nodes if n not in belief.blamed]
-    split, section = _next(belief, universe, kept, settings, capacity)
+    split, section = _next(belief, universe, kept, settings, capacity, len(ran_on))
     section = {"ran_on": list(ran_on), "failed": True, "attempts_failed": failures, **section}
     if belief.blamed:
         reason = f"{chosen.reason}; localized by restarts: {', '.join(belief.blamed)} excluded for good"
@@ -71,26 +78,35 @@ def design(
 
 def clean_run(
     latest: AuditRecord, history: Sequence[AuditRecord], now: float, settings: LocalizeSettings,
-    capacity: int | None = None,
+    capacity: int | None = None, running_on: Callable[[], Sequence[str] | None] = lambda: (),
 ) -> Experiment | None:  # fmt: skip
     """The follow-up of an experiment that has run ``clean_after_s`` without failing, or None.
 
     ``latest`` is the workload's newest decision. The clean run is evidence like a failure; with
     ``probe`` and no node blamed yet, the follow-up restarts at once with the next split.
+    ``running_on`` asks the scheduler, once the run is due, which nodes the attempt runs on: None when
+    it no longer runs (a workload that ended says nothing), empty when it cannot say. The attempt may
+    run on spares never seen before and without suspects that were not excluded, so the nodes seen so
+    far minus the exclusions are only the fallback.
     """
     found = _section(latest)
     started = max(latest.acted_at or 0.0, latest.decided_at)
-    if not found.get("split") or latest.action != Action.REQUEUE_EXCLUDING or now - started < settings.clean_after_s:
+    if not settings.enabled or not found.get("split") or latest.action != Action.REQUEUE_EXCLUDING:
         return None
-    if latest.outcome != Outcome.DONE:  # only a restart that happened can run clean (never a planned one)
+    # Only a restart that happened can run clean (never a planned one), and only once it ran long enough.
+    if latest.outcome != Outcome.DONE or now - started < settings.clean_after_s:
+        return None
+    observed = running_on()
+    if observed is None:
         return None
     runs = _runs(history)
-    universe = sorted({n for run, _ in runs for n in run})
-    running = [n for n in universe if n not in latest.excluded_nodes]
+    seen = {n for run, _ in runs for n in run}
+    running = sorted(set(observed)) or [n for n in sorted(seen) if n not in latest.excluded_nodes]
+    universe = sorted(seen | set(running))
     runs.append((running, False))
-    belief = _belief(runs, universe, set(), settings)
+    belief = _belief(runs, universe, _named(history), settings)
     kept = [n for n in latest.excluded_nodes if n not in belief.blamed and n not in found.get("split", [])]
-    split, section = _next(belief, universe, kept, settings, capacity)
+    split, section = _next(belief, universe, kept, settings, capacity, len(running))
     clean = f"ran clean for {now - started:.0f}s without {', '.join(latest.excluded_nodes)}"
     section = {"ran_on": running, "failed": False, **section, "steps": [clean, *section["steps"]]}
     if belief.blamed or not settings.probe:
@@ -134,6 +150,29 @@ def clean_nodes(records: Iterable[AuditRecord]) -> list[tuple[str, float]]:
     return out
 
 
+def superseded(record: AuditRecord) -> bool:
+    """The record of an attempt that trainguard's probe restarted: not the workload's newest experiment."""
+    return bool(_section(record).get("superseded"))
+
+
+def _probed(record: AuditRecord, attempt: str) -> bool:
+    """``record`` is the probe that restarted ``attempt`` after it ran clean."""
+    found = _section(record)
+    restarted = record.action == Action.REQUEUE_EXCLUDING and record.outcome in (Outcome.DONE, Outcome.PENDING)
+    return record.attempt == attempt and found.get("failed") is False and restarted
+
+
+def _named(history: Sequence[AuditRecord]) -> set[str]:
+    """Hosts the evidence of earlier failed experiments named: the same prior at every decision."""
+    return {
+        host
+        for record in history
+        if _section(record).get("ran_on") and _section(record).get("failed", True)
+        for host, score in (record.attribution.get("scores") or {}).items()
+        if score > 0
+    }
+
+
 def _runs(history: Sequence[AuditRecord]) -> list[tuple[list[str], bool]]:
     """(nodes, failed) of each earlier experiment, oldest first (the store lists newest first)."""
     out = []
@@ -158,25 +197,47 @@ def _belief(
 
 
 def _next(
-    belief: localize.Belief,
-    universe: Sequence[str],
-    kept: Sequence[str],
-    settings: LocalizeSettings,
-    capacity: int | None,
-) -> tuple[localize.Split, dict[str, Any]]:
-    """The split within what the budget leaves after ``kept``, and the record's section."""
+    belief: localize.Belief, universe: Sequence[str], kept: Sequence[str], settings: LocalizeSettings,
+    capacity: int | None, size: int,
+) -> tuple[localize.Split, dict[str, Any]]:  # fmt: skip
+    """The split within what the budget leaves after ``kept`` (pinned, see ``_pin``), and the record's section."""
     budget = settings.model_copy(update={"spare_nodes": max(0, settings.spare_nodes - len(kept))})
     room = None if capacity is None else capacity - len(kept)
     split = localize.choose(belief, [n for n in universe if n not in kept], budget, room)
+    testing = any(n not in belief.blamed for n in split.excluded)
+    pinned = _pin(belief, universe, [*kept, *split.excluded], settings, capacity, size) if testing else ()
+    if pinned:
+        on = [n for n in universe if n not in {*kept, *split.excluded, *pinned}]
+        why = f"{split.reason}; also without {', '.join(pinned)}, so that it runs on {', '.join(on)}"
+        split = localize.Split((*split.excluded, *pinned), why, split.gain_bits)
     ranked = sorted((n for n in belief.posterior if n != localize.NONE), key=lambda n: -belief.posterior[n])
     return split, {
         "suspects": {n: round(belief.posterior[n], 3) for n in ranked[:TOP]},
         "none": round(belief.posterior[localize.NONE], 3),
         "blamed": list(belief.blamed),
         "split": list(split.excluded),
+        "pinned": list(pinned),
         "expected_bits": round(split.gain_bits, 3),
         "steps": [*belief.steps, split.reason],
     }
+
+
+def _pin(
+    belief: localize.Belief, universe: Sequence[str], excluded: Sequence[str], settings: LocalizeSettings,
+    capacity: int | None, size: int,
+) -> tuple[str, ...]:  # fmt: skip
+    """The least suspect seen nodes to leave out too, so that the attempt must run on the suspects the split
+    keeps in. A scheduler with more room than the job needs picks for itself (Slurm's ``cons_tres`` takes
+    consecutive nodes) and may leave out the very suspect the split tests. Only an experiment that can be
+    pinned whole within the budget is pinned (an unseen spare cannot be named)."""
+    if capacity is None or size < 1:
+        return ()
+    need = capacity - len(excluded) - size  # nodes the scheduler could otherwise use instead of a suspect
+    rest = [n for n in universe if n not in excluded]
+    if need <= 0 or need > settings.spare_nodes - len(excluded) or need > len(rest) - size:
+        return ()
+    marginal = belief.marginals()
+    return tuple(sorted(rest, key=lambda n: (marginal.get(n, 0.0), n))[:need])
 
 
 def _section(record: AuditRecord) -> dict[str, Any]:

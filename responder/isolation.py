@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from responder import likelihoods
 from responder.store import LedgerStore
 from responder.suspicion import SuspicionSettings, suspicion
 
@@ -47,11 +48,17 @@ def node_suspicion(
     store: LedgerStore, cluster: str, now: float, ledger: LedgerSettings, clean: Iterable[tuple[str, float]] = (),
     extra: Iterable[tuple[str, float, float]] = (),
 ) -> dict[str, float]:  # fmt: skip
-    """Each implicated node's probability of being bad (``responder.suspicion``); ``extra``: implications
-    not stored yet (the incident being decided), ``clean``: clean runs ``(node, when)``."""
-    horizon = now - 10 * ledger.suspicion.half_life_s
-    found = [*store.implications_since(cluster, horizon), *extra]
-    return suspicion(found, clean, now, ledger.suspicion)
+    """Each implicated node's probability of being bad (``responder.suspicion``), each implication weighed
+    by its signal's estimated ratio (``responder.likelihoods``); ``extra``: implications not stored yet
+    (the incident being decided, at the configured ratio), ``clean``: clean runs ``(node, when)``."""
+    settings = ledger.suspicion
+    horizon = now - 10 * settings.half_life_s
+    estimates = likelihoods.estimate(likelihoods.tally(store.reviewed_decisions()), settings) if settings.learn else {}
+    found = [
+        (node, when, likelihoods.weight(weight, likelihoods.ratio(estimates, signals, settings), settings))
+        for node, when, weight, signals in store.implication_signals_since(cluster, horizon)
+    ]
+    return suspicion([*found, *extra], clean, now, settings)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ LAYERS: dict[str, str] = {
     "responder.experiments": "domain",
     "responder.goodput": "domain",
     "responder.suspicion": "domain",
+    "responder.likelihoods": "domain",
     "responder.breaker": "domain",
     "responder.approval": "domain",
     "responder.node_groups": "domain",

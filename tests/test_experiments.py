@@ -14,6 +14,7 @@ from responder.clock import FakeClock
 from responder.schedulers.base import WorkloadObservation, WorkloadState
 from responder.schedulers.recording import RecordingScheduler
 from tests.conftest import Responder
+from trainguard.lab.intermittent import POLICY
 from trainguard.lab.payloads import alert, notification
 
 NODES = [f"n{i}" for i in range(8)]
@@ -167,40 +168,57 @@ def test_clear_evidence_keeps_its_path(make_responder: Callable[..., Responder])
     assert "localization" not in decision["attribution"]
 
 
-def test_the_lab_scenario_a_two_node_job_on_a_four_node_cluster(make_responder: Callable[..., Responder]) -> None:
-    """As in the lab's ``intermittent`` class: Slurm gives the job the first two nodes it may use; the
-    spares outside the nodes seen so far count (cluster ``nodes: 4``), so the job can be split."""
-    policy = {"max_attempts": 12, "localize": {"spare_nodes": 2, "min_nodes": 2, "clean_after_s": 20}}
-    lab = {"mode": "act", "nodes": 4, "policy": policy}
-    r = make_responder(Running(), clock=FakeClock(1_800_000_000.0), clusters={"lab": lab})
-    cluster, bad = ["n1", "n2", "n3", "n4"], "n2"
+def _cons_tres(cluster: list[str], excluded: list[str], size: int = 2) -> list[str]:
+    """Where Slurm's ``select/cons_tres`` starts a job on idle nodes: the first consecutive block that fits
+    (so excluding n2 of n1-n4 gives n3,n4, not n1,n3), else the first nodes free."""
+    free = [n for n in cluster if n not in excluded]
+    for i in range(len(free) - size + 1):
+        block = free[i : i + size]
+        if cluster.index(block[-1]) - cluster.index(block[0]) == size - 1:
+            return block
+    return free[:size]
 
-    def attempt(number: int, excluded: list[str]) -> dict[str, Any]:
-        hosts = [n for n in cluster if n not in excluded][:2]
-        if bad not in hosts:
-            assert isinstance(r.clock, FakeClock)
-            r.clock.advance(25)
-            [follow] = r.engine.check_clean_runs()
-            return follow.to_json()
-        payload = notification([
-            alert(name, category, attempt=str(number), host=h, rank=str(i), pattern=pattern)
-            for i, h in enumerate(hosts)
-            for name, category, pattern in (("TrainguardLogCollectiveTimeout", "collective_timeout",
-                                             "nccl_watchdog_timeout"), ("TrainguardRankCrashed", "crash", "crash"))
-        ])  # fmt: skip
-        assert r.post(payload).status_code == 200
-        [decision] = [d for d in _decide_and_act(r) if d["attempt"] == str(number)]
+
+def test_the_lab_scenario_a_two_node_job_on_a_four_node_cluster(make_responder: Callable[..., Responder]) -> None:
+    """As in the lab's ``intermittent`` class, with its policy: Slurm places the job on consecutive nodes,
+    so an experiment that only excludes n2 runs on n3,n4 and says nothing about n1; the split pins the
+    allocation once the spares are known. A probe's restart kills the attempt that ran clean: its ranks'
+    timeouts are no failure."""
+    running = Running()
+    lab = {"mode": "act", "nodes": 4, "policy": POLICY}
+    breaker = {"correlated_window_s": 5, "max_node_fraction": 0.5, "window_s": 60, "max_actions": 100}  # the lab's
+    r = make_responder(running, clock=FakeClock(1_800_000_000.0), clusters={"lab": lab}, breaker=breaker)
+    cluster, bad, clean_after = ["n1", "n2", "n3", "n4"], "n2", POLICY["localize"]["clean_after_s"]
+    assert isinstance(r.clock, FakeClock)
+
+    def fail(number: int, hosts: list[str]) -> dict[str, Any]:
+        assert r.post(_timeouts(number, hosts)).status_code == 200
+        [decision] = [d for d in _decide_and_act(r) if d["attempt"] == str(number) and d["incident_id"]]
         return decision
 
-    decision, number = attempt(0, []), 0
-    for _ in range(6):
-        if decision["attribution"]["localization"].get("blamed"):
-            break
-        assert len(decision["excluded_nodes"]) <= 2
+    decision, number, seen = fail(0, ["n1", "n2"]), 0, [["n1", "n2"]]
+    while not decision["attribution"]["localization"].get("blamed") and number < 8:
+        assert len(decision["excluded_nodes"]) <= POLICY["localize"]["spare_nodes"]
         number += 1
-        decision = attempt(number, decision["excluded_nodes"])
-    assert decision["attribution"]["localization"]["blamed"] == [bad]
-    assert number <= 4
+        r.clock.advance(61)  # attempts a minute apart, as in the lab: outside the breaker's window
+        running.nodes = tuple(_cons_tres(cluster, decision["excluded_nodes"]))
+        seen.append(list(running.nodes))
+        if bad in running.nodes:
+            decision = fail(number, list(running.nodes))
+            continue
+        r.clock.advance(clean_after)
+        [follow] = r.engine.check_clean_runs()
+        decision = follow.to_json()
+        assert decision["attribution"]["localization"]["ran_on"] == list(running.nodes)
+        if follow.outcome == "pending":  # the probe: restart now with the next split
+            decision = r.engine.act(follow).to_json()
+            stale = fail(number, list(running.nodes))  # the restart killed the ranks: they all time out
+            assert stale["action"] == "none"
+            assert stale["attribution"]["localization"] == {"superseded": True, "steps": [stale["reason"]]}
+    assert decision["attribution"]["localization"]["blamed"] == [bad], seen
+    assert decision["implicated_nodes"] == [bad]
+    assert ["n1", "n3"] in seen, "the split pinned the allocation to test n1 against n2"
+    assert number <= 4, seen
 
 
 def test_the_schedulers_allocation_beats_the_alerts_hosts(make_responder: Callable[..., Responder]) -> None:
@@ -216,3 +234,28 @@ def test_the_schedulers_allocation_beats_the_alerts_hosts(make_responder: Callab
     section = second["attribution"]["localization"]
     assert section["ran_on"] == ["n1", "n2"]
     assert section["blamed"] == []  # one host's silence is no evidence against the other
+
+
+def test_a_clean_run_counts_the_nodes_the_attempt_really_ran_on(make_responder: Callable[..., Responder]) -> None:
+    """Excluding n1 does not put n2 in the next attempt: Slurm may start it on the spares n3 and n4. That
+    clean run says nothing about n1 against n2; counting it as "n2 ran clean" would blame n1."""
+    policy = {"max_attempts": 12, "localize": {"spare_nodes": 2, "min_nodes": 2, "clean_after_s": 60, "probe": True}}
+    running = Running()
+    r = make_responder(running, clock=FakeClock(1_800_000_000.0),
+                       clusters={"lab": {"mode": "act", "nodes": 4, "policy": policy}})  # fmt: skip
+    running.nodes = ("n1", "n2")
+    for number in (0, 1):
+        assert r.post(_timeouts(number, ["n1", "n2"])).status_code == 200
+        [decision] = [d for d in _decide_and_act(r) if d["attempt"] == str(number)]
+    assert decision["attribution"]["localization"]["split"] == ["n1"]
+    running.nodes = ("n3", "n4")
+    assert isinstance(r.clock, FakeClock)
+    r.clock.advance(61)
+    [clean] = [record.to_json() for record in r.engine.check_clean_runs()]
+    section = clean["attribution"]["localization"]
+    assert section["ran_on"] == ["n3", "n4"]
+    assert section["failed"] is False
+    assert section["blamed"] == []
+    assert clean["implicated_nodes"] == []
+    assert set(section["suspects"]) >= {"n1", "n2"}
+    assert abs(section["suspects"]["n1"] - section["suspects"]["n2"]) < 1e-6  # still one as likely as the other

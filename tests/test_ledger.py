@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from responder import isolation
 from responder.isolation import LedgerSettings
+from responder.model import AuditRecord
 
 NOW = 1_800_000_000.0
 
@@ -23,6 +24,12 @@ class Ledger:
 
     def implications_since(self, cluster: str, since: float) -> list[tuple[str, float, float]]:
         return [(n, NOW, 1.0) for n, ws in self.implications.items() for _ in ws]
+
+    def implication_signals_since(self, cluster: str, since: float) -> list[tuple[str, float, float, tuple[str, ...]]]:
+        return [(n, when, weight, ("infra_gpu",)) for n, when, weight in self.implications_since(cluster, since)]
+
+    def reviewed_decisions(self, limit: int = 5000) -> list[tuple[AuditRecord, str]]:
+        return []
 
     def drain_recorded_since(self, cluster: str, node: str, since: float) -> bool:
         return node in self.drained

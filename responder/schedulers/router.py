@@ -14,6 +14,7 @@ from pydantic import Field
 
 from responder.schedulers.base import ActionRequest, ActionResult, Scheduler, SchedulerError, WorkloadObservation
 from responder.schedulers.kubernetes.api import KubeRequestMetrics
+from responder.schedulers.kubernetes.collector import KubeNodeCollector
 from responder.schedulers.kubernetes.jobset import JobSetScheduler, JobSetSettings
 from responder.schedulers.kubernetes.pytorchjob import PyTorchJobScheduler, PyTorchJobSettings
 from responder.schedulers.recording import RecordingScheduler, RecordingSettings
@@ -54,8 +55,8 @@ def build_schedulers(
     """One adapter per cluster from its ``clusters.<name>.scheduler`` settings (none: not acted on).
 
     With a ``registry``, each adapter's command counters and the scheduler's own view (Slurm: job
-    and node states of watched workloads) are exported with the responder's metrics. An adapter's
-    ``cluster`` defaults to the name it is configured under.
+    and node states of watched workloads; Kubernetes: the nodes others cordoned) are exported with the
+    responder's metrics. An adapter's ``cluster`` defaults to the name it is configured under.
     """
     adapters: dict[str, Scheduler] = {}
     slurm_metrics = None
@@ -79,7 +80,10 @@ def build_schedulers(
         if kube_metrics is None:
             kube_metrics = KubeRequestMetrics(registry)
         if isinstance(config, JobSetSettings):
-            adapters[name] = JobSetScheduler(config, metrics=kube_metrics)
+            kube: JobSetScheduler | PyTorchJobScheduler = JobSetScheduler(config, metrics=kube_metrics)
         else:
-            adapters[name] = PyTorchJobScheduler(config, metrics=kube_metrics)
+            kube = PyTorchJobScheduler(config, metrics=kube_metrics)
+        adapters[name] = kube
+        if registry is not None:
+            registry.register(KubeNodeCollector(kube.api, name))
     return ClusterSchedulers(adapters)

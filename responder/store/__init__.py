@@ -4,7 +4,8 @@
 * ``RecordStore``: audit records (decisions and refusals) and their outcomes;
 * ``ModeStore``: each cluster's (and node group's) mode, as an operator last set it;
 * ``ReviewStore``: operators' verdicts on decisions, and the precision per pattern they give;
-* ``LedgerStore``: node implications across attempts and workloads (``responder.isolation``);
+* ``LedgerStore``: node implications across attempts and workloads (``responder.isolation``), the signals
+  that made them and the reviewed decisions (``responder.likelihoods``);
 * ``BreakerStore``: what the circuit breaker counts, and its trips (``responder.breaker``).
 
 Each consumer asks for the store it uses; ``AuditStore`` is all of them together (the engine's and the
@@ -92,6 +93,10 @@ class LedgerStore(Protocol):
     def workload_nodes(self, cluster: str, workload: str) -> set[str]: ...
     def node_workloads_since(self, cluster: str, node: str, since: float) -> set[str]: ...
     def implications_since(self, cluster: str, since: float) -> list[tuple[str, float, float]]: ...
+    def implication_signals_since(
+        self, cluster: str, since: float
+    ) -> list[tuple[str, float, float, tuple[str, ...]]]: ...
+    def reviewed_decisions(self, limit: int = 5000) -> list[tuple[AuditRecord, str]]: ...
     def drain_recorded_since(self, cluster: str, node: str, since: float) -> bool: ...
 
 

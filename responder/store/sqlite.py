@@ -390,6 +390,26 @@ class SqliteStore:
         )
         return [(r["node"], r["time"], r["weight"]) for r in rows]
 
+    def implication_signals_since(self, cluster: str, since: float) -> list[tuple[str, float, float, tuple[str, ...]]]:
+        """``implications_since`` plus the categories of the incident's alerts that named the node."""
+        rows = self._query(
+            "SELECT i.node, i.time, i.weight, (SELECT group_concat(DISTINCT json_extract(a.labels, '$.category'))"
+            " FROM alerts a WHERE a.incident_id = i.incident_id AND json_extract(a.labels, '$.host') = i.node)"
+            " AS signals FROM implications i WHERE i.cluster=? AND i.time >= ?",
+            (cluster, since),
+        )
+        return [(r["node"], r["time"], r["weight"], _signals(r["signals"])) for r in rows]
+
+    def reviewed_decisions(self, limit: int = 5000) -> list[tuple[AuditRecord, str]]:
+        """The newest ``limit`` reviews' decisions with each one's latest verdict (a later review overrides)."""
+        rows = self._query(
+            "SELECT v.record_id, v.verdict, r.body FROM reviews v JOIN records r ON r.id = v.record_id"
+            " WHERE v.id > (SELECT IFNULL(MAX(id), 0) FROM reviews) - ? AND r.kind = 'decision' ORDER BY v.id",
+            (limit,),
+        )
+        latest = {r["record_id"]: (r["body"], r["verdict"]) for r in rows}
+        return [(_load(body), verdict) for body, verdict in latest.values()]
+
     def drain_recorded_since(self, cluster: str, node: str, since: float) -> bool:
         rows = self._query(
             "SELECT 1 FROM records WHERE cluster=? AND node=? AND action='drain_node' AND kind='decision'"
@@ -455,6 +475,10 @@ class SqliteStore:
 
 def _dump(record: AuditRecord) -> str:
     return json.dumps({name: getattr(record, name) for name in _RECORD_FIELDS}, sort_keys=True)
+
+
+def _signals(joined: str | None) -> tuple[str, ...]:
+    return tuple(sorted(set((joined or "").split(",")) - {""}))
 
 
 def _load(body: str) -> AuditRecord:

@@ -25,12 +25,14 @@ TIMEOUT_LINE = (
     "operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for "
     "600060 milliseconds before timing out."
 )
-# Experiments on a 4-node lab with a 2-node job: at most 2 nodes out, a clean run after 20 s, a probe
-# restart when a clean run leaves the search open (the lab cannot wait for restarts that happen anyway),
-# and room for the attempts a search takes.
+# Experiments on a 4-node lab with a 2-node job: at most 2 nodes out; splitting from the first failure
+# (every failure here is the bad node's; the default waits for a second, one may be transient); a clean
+# run after 45 s (a failed attempt's successor strikes about 35 s after its restart on this machine: a
+# shorter wait would call an attempt clean before it could fail); a probe restart when a clean run
+# leaves the search open (the lab cannot wait for restarts that happen anyway); room for the attempts.
 POLICY: dict[str, Any] = {
     "max_attempts": 12,
-    "localize": {"spare_nodes": 2, "min_nodes": 2, "clean_after_s": 20, "probe": True},
+    "localize": {"after_failures": 1, "spare_nodes": 2, "min_nodes": 2, "clean_after_s": 45, "probe": True},
 }
 NODES_PER_JOB = 2
 STEPS_BEFORE_FAULT = 8
@@ -69,9 +71,14 @@ def _follow(
                 down.remove((failed, when))
         blamed = _blamed(lab, job)
         if blamed is not None:
-            result.implicated = result.excluded = blamed
-            result.action, result.ok = "requeue_excluding", blamed == [bad]
-            result.note = f"blamed {', '.join(blamed)} after {len(faulted)} failed attempt(s)"
+            result.implicated, result.excluded = blamed, _excluded_after(lab, job)
+            result.action, result.ok = "requeue_excluding", blamed == [bad] and bad in result.excluded
+            result.note = (
+                f"blamed {', '.join(blamed)} after {len(faulted)} failed attempt(s); "
+                f"Slurm's ExcNodeList then: {','.join(result.excluded) or 'empty'}"
+            )
+            result.events.append((time.time() - t0, result.note))
+            say(f"  +{time.time() - t0:6.2f}s  {result.note}")
             break
         attempt, nodes = _running(lab, job)
         if attempt is None or attempt in faulted or bad not in nodes:
@@ -123,6 +130,17 @@ def _running(lab: Lab, job: str) -> tuple[int | None, list[str]]:
     if parsed.state is not WorkloadState.RUNNING:
         return None, []
     return parsed.restart_cnt, list(parsed.nodes)
+
+
+def _excluded_after(lab: Lab, job: str, timeout_s: float = 30) -> list[str]:
+    """The job's ExcNodeList read back from Slurm once the decisions that blamed a node are carried out
+    (a blame at a failure restarts the job without it; one after a clean run keeps the running attempt,
+    still without the nodes its experiment pinned out, until its next restart)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and any(r["outcome"] == "pending" for r in lab.decisions(job)):
+        time.sleep(0.5)
+    info = lab.squeue(job)
+    return sorted(parse_job(info).excluded_nodes) if info is not None else []
 
 
 def _blamed(lab: Lab, job: str) -> list[str] | None:
