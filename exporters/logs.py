@@ -64,6 +64,7 @@ class LogSource:
     files: dict[tuple[int, int], Follower] = field(default_factory=dict)
     _by_path: dict[str, tuple[int, int]] = field(default_factory=dict)
     _first_poll: bool = True
+    behind: bool = False  # the last poll left data unread (``MAX_READ_PER_POLL``): poll again at once
 
     def _paths(self) -> list[tuple[str, bool]]:
         paths: dict[str, bool] = {}
@@ -75,6 +76,7 @@ class LogSource:
         return sorted(paths.items())
 
     def poll(self) -> None:
+        self.behind = False
         present: set[tuple[int, int]] = set()
         for path, kernel in self._paths():
             try:
@@ -135,11 +137,16 @@ class LogSource:
             self._feed(f, data)
             if len(data) < READ_SIZE:
                 return
+        self.behind = True
 
     def _feed(self, f: Follower, data: bytes) -> None:
-        buf = f.partial + data if f.partial else data
-        cut = buf.rfind(b"\n") + 1
-        complete, f.partial = buf[:cut], buf[cut:]
+        cut = data.rfind(b"\n") + 1
+        if not cut:
+            complete, f.partial = b"", f.partial + data
+        elif cut == len(data) and not f.partial:  # the usual small read: nothing to copy
+            complete, f.partial = data, b""
+        else:  # one copy: the held partial line and the complete lines of this read
+            complete, f.partial = b"".join((f.partial, memoryview(data)[:cut])), data[cut:]
         if len(f.partial) > MAX_PARTIAL:  # a runaway line: take it as it is, keep memory bounded
             complete, f.partial = complete + f.partial + b"\n", b""
         if complete:
