@@ -40,6 +40,9 @@ log = logging.getLogger("trainguard.exporter")
 
 DEFAULT_PORT = 9481
 DEFAULT_RANK_FROM_PATH = r"rank[-_.]?(\d+)"
+# Between polls the open log files are read this often (a pread each, no glob, no state files): a line
+# is counted within this long of its write; new and rotated files wait for the next poll.
+LOG_CHECK_S = 0.25
 
 
 @dataclass
@@ -339,15 +342,27 @@ class Exporter:
         self._thread = threading.Thread(target=self._loop, name="log-loop", daemon=True)
         self._thread.start()
 
+    def read_logs(self) -> None:
+        """The quick check between polls: what the open logs and the kernel log gained, held events due."""
+        self.source.read_open()
+        if self.kmsg is not None:
+            self.kmsg.poll()
+        self.flush_idle()
+
     def _loop(self) -> None:
+        next_poll = time.monotonic()
         while True:
             try:
-                self.poll_once()
+                if time.monotonic() >= next_poll:
+                    next_poll = time.monotonic() + self.config.poll_interval
+                    self.poll_once()
+                else:
+                    self.read_logs()
             except Exception:  # the loop must outlive one bad poll; the error is logged with its trace
                 log.exception("poll failed")
-            # a held multi-line event is finished on time even with a long poll interval; a poll that
-            # stopped at its read limit (a flood) is followed by the next at once
-            wait = 0.0 if self.source.behind else self.config.poll_interval
+            # a held multi-line event is finished on time even with a long poll interval; a read that
+            # stopped at its limit (a flood) is followed by the next at once
+            wait = 0.0 if self.source.behind else min(LOG_CHECK_S, max(0.0, next_poll - time.monotonic()))
             due = self.next_deadline()
             if due is not None:
                 wait = min(wait, max(0.01, due - time.monotonic()))

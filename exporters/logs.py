@@ -108,6 +108,12 @@ class LogSource:
                 self._close(key, f)
         self._first_poll = False
 
+    def read_open(self) -> None:
+        """Read what the open files gained, without a glob or a stat: the quick check between polls."""
+        self.behind = False
+        for f in list(self.files.values()):
+            self._read(f)
+
     def _open(self, path: str, st: os.stat_result, kernel: bool) -> Follower | None:
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))

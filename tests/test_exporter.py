@@ -431,3 +431,25 @@ def test_metrics_app_serves_what_prometheus_client_renders(tmp_path: Path, regis
     _, _, some = _get(app, query="name[]=trainguard_exporter_log_lines_total")  # as prometheus_client filters
     assert some == generate_latest(registry.restricted_registry(["trainguard_exporter_log_lines_total"]))
     assert _get(app, method="POST")[0].startswith("405")
+
+
+def test_lines_in_open_files_are_read_between_polls(tmp_path: Path, registry: CollectorRegistry) -> None:
+    """With a long poll interval, a line appended to a followed file is still counted within a second."""
+    import time  # noqa: PLC0415
+
+    log = tmp_path / "logs" / "a.log"
+    exp = Exporter(_config(tmp_path, poll_interval=60.0), registry)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    exp.start(serve=False)
+    try:
+        wait_until(lambda: exp.source.files, 5, what="the first poll opened the file")
+        time.sleep(0.3)
+        with log.open("a") as f:
+            f.write(XID79)
+        labels = _labels("xid_79_fallen_off_bus", "infra_gpu")
+        t0 = time.monotonic()
+        wait_until(lambda: registry.get_sample_value("trainguard_log_pattern_matches_total", labels) == 1, 5)
+        assert time.monotonic() - t0 < 2, "read by the quick check, not the next poll a minute later"
+    finally:
+        exp.stop()
