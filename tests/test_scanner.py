@@ -445,3 +445,19 @@ def test_run_end_is_what_the_run_regex_matches() -> None:
                     m = rx.match(buf, 0)
                     want = (m.end(), buf.count(b"\n", 0, m.end())) if m else (0, 0)
                     assert run_end(buf, 0, key, rx) == want, (good, bad, n, tail)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_findings_do_not_depend_on_the_engine_segment(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events that straddle segments (the engine scans a buffer a segment at a time) come out the same."""
+    import exporters.scanner  # noqa: PLC0415 - its segment size is what varies
+
+    joined = ("\n".join(_texts()) + "\n").encode()
+    m = MATCHERS[engine]
+    monkeypatch.setattr(exporters.scanner, "SEGMENT", 1 << 30)
+    want = _key(m.scan(joined))
+    counts = [f.count for f in StreamScanner(m, collapse=True).feed(joined)]
+    for segment in (1, 100, 4096):
+        monkeypatch.setattr(exporters.scanner, "SEGMENT", segment)
+        assert _key(m.scan(joined)) == want, segment
+        assert [f.count for f in StreamScanner(m, collapse=True).feed(joined)] == counts, segment
