@@ -161,7 +161,7 @@ def register(sub: Any) -> None:
         p,
         env,
         "--poll-interval",
-        "how often logs and state files are checked (default 1)",
+        "how often log globs (new, rotated files) and state files are checked (default 1); open logs: every 0.25 s",
         type=float,
         metavar="SECONDS",
     )

@@ -29,9 +29,10 @@ _XID_ANY = re.compile(XID_LINE_RE.encode())
 class Engine(Protocol):
     name: str
 
-    def scan(self, data: bytes) -> tuple[Hits, Hits]:
-        """(rows, markers) per line of ``data``, which ends with a newline; an Xid line's row is the Xid
-        block's first index, which ``resolve`` turns into the row of its code (done after floods fold)."""
+    def scan(self, data: bytes, start: int = 0, end: int | None = None) -> tuple[Hits, Hits]:
+        """(rows, markers) per line of ``data[start:end]`` (whole lines: ``start`` begins a line, the last
+        ends with a newline), keyed by offsets in ``data``; an Xid line's row is the Xid block's first index,
+        which ``resolve`` turns into the row of its code (done after floods fold)."""
         ...
 
     def resolve(self, index: int, line: bytes) -> int | None:
@@ -115,38 +116,39 @@ class ReEngine(_Table):
         self.needles = tuple((n, frozenset(ids)) for n, ids in sorted(kept.items(), key=lambda kv: -len(kv[0])))
         self.full = tuple(full)
 
-    def _candidates(self, data: bytes) -> dict[int, set[int]]:
+    def _candidates(self, data: bytes, start: int, stop: int) -> dict[int, set[int]]:
         cand: dict[int, set[int]] = {}
         for needle, ids in self.needles:
-            i = data.find(needle)
+            i = data.find(needle, start, stop)
             while i != -1:
-                end = data.find(b"\n", i) + 1 or len(data)
+                end = data.find(b"\n", i, stop) + 1 or stop
                 got = cand.get(end)
                 if got is None:
                     cand[end] = set(ids)
                 else:
                     got.update(ids)
-                i = data.find(needle, end)
+                i = data.find(needle, end, stop)
         for index in self.full:
-            for m in self.regex[index].finditer(data):
-                end = data.find(b"\n", m.start()) + 1 or len(data)
+            for m in self.regex[index].finditer(data, start, stop):
+                end = data.find(b"\n", m.start(), stop) + 1 or stop
                 cand.setdefault(end, set()).add(index)
         return cand
 
-    def scan(self, data: bytes) -> tuple[Hits, Hits]:
+    def scan(self, data: bytes, start: int = 0, end: int | None = None) -> tuple[Hits, Hits]:
         rows: Hits = {}
         marks: Hits = {}
-        for end, ids in self._candidates(data).items():
-            start = data.rfind(b"\n", 0, end - 1) + 1
-            stop = end - 1 if data[end - 1 : end] == b"\n" else end
+        stop = len(data) if end is None else end
+        for line_end, ids in self._candidates(data, start, stop).items():
+            first = data.rfind(b"\n", 0, line_end - 1) + 1
+            last = line_end - 1 if data[line_end - 1 : line_end] == b"\n" else line_end
             for index in sorted(ids):
                 target = rows if index < self.nrows else marks
-                if end in target or not self.regex[index].search(data, start, stop):
+                if line_end in target or not self.regex[index].search(data, first, last):
                     continue
                 if index < self.nrows:
-                    rows[end] = index
+                    rows[line_end] = index
                 else:
-                    marks[end] = index - self.nrows
+                    marks[line_end] = index - self.nrows
         return rows, marks
 
 
@@ -167,10 +169,11 @@ class HyperscanEngine(_Table):
             flags=[self.hs.HS_FLAG_MULTILINE] * len(exprs),
         )
 
-    def scan(self, data: bytes) -> tuple[Hits, Hits]:
+    def scan(self, data: bytes, start: int = 0, end: int | None = None) -> tuple[Hits, Hits]:
         rows: Hits = {}
         marks: Hits = {}
         nrows = self.nrows
+        view = data if start == 0 and end is None else memoryview(data)[start:end]  # no copy
 
         def on_match(index: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
             if index < nrows:
@@ -182,7 +185,10 @@ class HyperscanEngine(_Table):
                 if got is None or index - nrows < got:
                     marks[to] = index - nrows
 
-        self.db.scan(data, match_event_handler=on_match)
+        self.db.scan(view, match_event_handler=on_match)
+        if start:  # offsets in ``data``: shifted after the scan, not in the callback a flood calls per line
+            rows = {k + start: v for k, v in rows.items()}
+            marks = {k + start: v for k, v in marks.items()}
         return rows, marks
 
 

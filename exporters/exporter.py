@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import start_wsgi_server
+from prometheus_client.registry import Collector
 
 from exporters.events import Finding
+from exporters.exposition import MetricsApp, serve_metrics
 from exporters.fastpath import LOG_PATTERN_ALERTS, RANK_GONE_ALERT, FastPath
 from exporters.logs import Follower, KmsgSource, LogSource
 from exporters.metrics import PatternCounters, SafeCollector, StatsCollector
@@ -39,6 +40,9 @@ log = logging.getLogger("trainguard.exporter")
 
 DEFAULT_PORT = 9481
 DEFAULT_RANK_FROM_PATH = r"rank[-_.]?(\d+)"
+# Between polls the open log files are read this often (a pread each, no glob, no state files): a line
+# is counted within this long of its write; new and rotated files wait for the next poll.
+LOG_CHECK_S = 0.25
 
 
 @dataclass
@@ -131,10 +135,14 @@ class Exporter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._server: object | None = None
-        for c in (self.counters, ProgressCollector(self.tracker), self.nvml):
-            if c is not None:
-                registry.register(SafeCollector(c, self._scrape_error))
-        registry.register(StatsCollector(self.stats))
+        self.collectors: list[Collector] = [
+            SafeCollector(c, self._scrape_error)
+            for c in (self.counters, ProgressCollector(self.tracker), self.nvml)
+            if c is not None
+        ]
+        self.collectors.append(StatsCollector(self.stats))
+        for collector in self.collectors:
+            registry.register(collector)
 
     # -- identity -------------------------------------------------------------------------------------
     def _default_workload(self) -> tuple[str, str, str]:
@@ -329,19 +337,32 @@ class Exporter:
         if self.fastpath is not None:
             self.fastpath.start()
         if serve:
-            server, _ = start_wsgi_server(self.config.port, self.config.listen, registry=self.registry)
+            server, _ = serve_metrics(MetricsApp(self.collectors, self.registry), self.config.port, self.config.listen)
             self._server = server
         self._thread = threading.Thread(target=self._loop, name="log-loop", daemon=True)
         self._thread.start()
 
+    def read_logs(self) -> None:
+        """The quick check between polls: what the open logs and the kernel log gained, held events due."""
+        self.source.read_open()
+        if self.kmsg is not None:
+            self.kmsg.poll()
+        self.flush_idle()
+
     def _loop(self) -> None:
+        next_poll = time.monotonic()
         while True:
             try:
-                self.poll_once()
+                if time.monotonic() >= next_poll:
+                    next_poll = time.monotonic() + self.config.poll_interval
+                    self.poll_once()
+                else:
+                    self.read_logs()
             except Exception:  # the loop must outlive one bad poll; the error is logged with its trace
                 log.exception("poll failed")
-            # a held multi-line event is finished on time even with a long poll interval
-            wait = self.config.poll_interval
+            # a held multi-line event is finished on time even with a long poll interval; a read that
+            # stopped at its limit (a flood) is followed by the next at once
+            wait = 0.0 if self.source.behind else min(LOG_CHECK_S, max(0.0, next_poll - time.monotonic()))
             due = self.next_deadline()
             if due is not None:
                 wait = min(wait, max(0.01, due - time.monotonic()))

@@ -64,6 +64,7 @@ class LogSource:
     files: dict[tuple[int, int], Follower] = field(default_factory=dict)
     _by_path: dict[str, tuple[int, int]] = field(default_factory=dict)
     _first_poll: bool = True
+    behind: bool = False  # the last poll left data unread (``MAX_READ_PER_POLL``): poll again at once
 
     def _paths(self) -> list[tuple[str, bool]]:
         paths: dict[str, bool] = {}
@@ -75,6 +76,7 @@ class LogSource:
         return sorted(paths.items())
 
     def poll(self) -> None:
+        self.behind = False
         present: set[tuple[int, int]] = set()
         for path, kernel in self._paths():
             try:
@@ -106,6 +108,12 @@ class LogSource:
                 self._close(key, f)
         self._first_poll = False
 
+    def read_open(self) -> None:
+        """Read what the open files gained, without a glob or a stat: the quick check between polls."""
+        self.behind = False
+        for f in list(self.files.values()):
+            self._read(f)
+
     def _open(self, path: str, st: os.stat_result, kernel: bool) -> Follower | None:
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -135,11 +143,16 @@ class LogSource:
             self._feed(f, data)
             if len(data) < READ_SIZE:
                 return
+        self.behind = True
 
     def _feed(self, f: Follower, data: bytes) -> None:
-        buf = f.partial + data if f.partial else data
-        cut = buf.rfind(b"\n") + 1
-        complete, f.partial = buf[:cut], buf[cut:]
+        cut = data.rfind(b"\n") + 1
+        if not cut:
+            complete, f.partial = b"", f.partial + data
+        elif cut == len(data) and not f.partial:  # the usual small read: nothing to copy
+            complete, f.partial = data, b""
+        else:  # one copy: the held partial line and the complete lines of this read
+            complete, f.partial = b"".join((f.partial, memoryview(data)[:cut])), data[cut:]
         if len(f.partial) > MAX_PARTIAL:  # a runaway line: take it as it is, keep memory bounded
             complete, f.partial = complete + f.partial + b"\n", b""
         if complete:

@@ -32,6 +32,7 @@ class PatternCounters(Collector):
     unclassified: dict[tuple[Identity, str], int] = field(default_factory=dict)
     identities: set[Identity] = field(default_factory=set)
     overflow: int = 0
+    generation: int = 0  # bumped at every change: the exposition formats the counters again only then
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _admit(self, ident: Identity) -> Identity:
@@ -46,6 +47,7 @@ class PatternCounters(Collector):
             if ident in self.identities:
                 return ident
         self.identities.add(ident)
+        self.generation += 1
         for p in self.patterns:
             self.counts.setdefault((ident, p.id), 0)
         for kind in KINDS:
@@ -61,6 +63,7 @@ class PatternCounters(Collector):
             ident = self._admit(ident)
             key = (ident, pattern.id)
             self.counts[key] = self.counts.get(key, 0) + n
+            self.generation += 1
             return ident
 
     def add_unclassified(self, ident: Identity, kind: str, n: int = 1) -> Identity:
@@ -69,6 +72,7 @@ class PatternCounters(Collector):
             ident = self._admit(ident)
             key = (ident, kind if kind in KINDS else "error")
             self.unclassified[key] = self.unclassified.get(key, 0) + n
+            self.generation += 1
             return ident
 
     def value(self, ident: Identity, pattern_id: str) -> int | None:
@@ -148,6 +152,12 @@ class SafeCollector(Collector):
     def __init__(self, inner: Collector, on_error: Callable[[BaseException], None]) -> None:
         self.inner = inner
         self.on_error = on_error
+
+    @property
+    def generation(self) -> int | None:
+        """The inner collector's, if it counts its changes (``exporters.exposition`` caches by it)."""
+        got = getattr(self.inner, "generation", None)
+        return got if isinstance(got, int) else None
 
     def collect(self) -> Iterator[Metric]:
         try:

@@ -48,8 +48,8 @@ Each template is a candidate row for exporters/patterns.csv (see docs/patterns.m
 """
 
 
-def iter_chunks(stream: IO[bytes], size: int = 4 << 20) -> Iterator[bytes]:
-    """Buffers of complete lines (a last line without its newline gets one)."""
+def iter_chunks(stream: IO[bytes], size: int = 1 << 20) -> Iterator[bytes]:
+    """Buffers of complete lines (a last line without its newline gets one), each copied once at most."""
     rest = b""
     while True:
         block = stream.read(size)
@@ -57,16 +57,15 @@ def iter_chunks(stream: IO[bytes], size: int = 4 << 20) -> Iterator[bytes]:
             if rest:
                 yield rest + b"\n"
             return
-        buf = rest + block
-        cut = buf.rfind(b"\n") + 1
+        cut = block.rfind(b"\n") + 1
         if cut:
-            yield buf[:cut]
-            rest = buf[cut:]
-        elif len(buf) > MAX_SCAN_LINE:  # a line without end: take it as it is, keep memory bounded
-            yield buf + b"\n"
+            yield b"".join((rest, memoryview(block)[:cut])) if rest or cut < len(block) else block
+            rest = block[cut:]
+        elif len(rest) + len(block) > MAX_SCAN_LINE:  # a line without end: take it as it is, keep memory bounded
+            yield rest + block + b"\n"
             rest = b""
         else:
-            rest = buf
+            rest += block
 
 
 def iter_findings(matcher: Matcher, stream: IO[bytes]) -> Iterator[Finding]:

@@ -5,6 +5,9 @@ and returns findings. The engine marks every line a row or marker matches; Pytho
 and, around an event's first line, walks the following lines to assemble the event. An event still open at
 the end of a buffer is held for the next one, and given up (finished) on ``flush`` or after ``idle`` seconds
 without input (``due``), so a held event delays detection by at most that.
+
+The engine scans a buffer a segment at a time, so a flood (equal lines but for the dmesg stamp) is found
+after a few lines and the rest of it is counted without the engine (``run_end``), also across buffers.
 """
 
 from __future__ import annotations
@@ -44,11 +47,53 @@ Event = Traceback | StandaloneElastic | Nvrm
 _STAMP: Final = rb"\[(?:\s*[0-9]+\.[0-9]+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9]{2} [0-9:]{8} [0-9]{4})\] "
 _STAMP_RE: Final = re.compile(_STAMP)
 FOLD_AFTER: Final = 3  # equal lines in a row after which the rest of the run is taken at once
+# a stamp that stays on its line (``_STAMP``'s ``\s`` may cross one): the shape the fast run check accepts
+_STAMP_LINE_RE: Final = re.compile(_STAMP.replace(rb"\s", rb"[^\S\n]"))
+RUN_BLOCK_LINES: Final = 4096  # lines of a flood checked at a time
+SEGMENT: Final = 256 << 10  # bytes the engine scans at a time: a flood is recognised within this much
 
 
 def _stamp_end(raw: bytes) -> int:
     m = _STAMP_RE.match(raw)
     return m.end() if m else 0
+
+
+def _same_shape(buf: bytes, pos: int, width: int, lines: int, stamp: bytes, kn: bytes) -> bool:
+    """``lines`` lines of ``width`` bytes from ``pos``, each a stamp of ``stamp``'s shape (digits where it has
+    digits, its other bytes elsewhere) and then ``kn``: checked with counts and strided slices, all in C."""
+    stop = pos + lines * width
+    if buf[pos + width - 1 : stop : width] != b"\n" * lines or buf.count(b"\n", pos, stop) != lines:
+        return False  # not every line is ``width`` long
+    if buf.count(kn, pos, stop) != lines:  # each of the ``lines`` newlines ends a ``kn``
+        return False
+    for j, c in enumerate(stamp):
+        column = buf[pos + j : stop : width]
+        if not (column.isdigit() if 48 <= c <= 57 else column == stamp[j : j + 1] * lines):
+            return False
+    return True
+
+
+def run_end(buf: bytes, pos: int, key: bytes, rx: re.Pattern[bytes]) -> tuple[int, int]:
+    """The end of the run of lines from ``pos`` that are ``key`` behind an optional dmesg stamp, and its
+    number of lines: exactly what ``rx`` (``StreamScanner.run_regex(key)``) matches. The usual flood, whose
+    stamps keep their width, is taken a block at a time at ``bytes.count`` speed; ``rx`` takes the rest."""
+    lines = 0
+    eol = buf.find(b"\n", pos)
+    head = eol - len(key)
+    if eol != -1 and head >= pos and buf.startswith(key, head):
+        stamp = buf[pos:head]
+        if not stamp or _STAMP_LINE_RE.fullmatch(stamp):
+            width, kn = eol + 1 - pos, key + b"\n"
+            while (block := min((len(buf) - pos) // width, RUN_BLOCK_LINES)) and _same_shape(
+                buf, pos, width, block, stamp, kn
+            ):
+                lines += block
+                pos += block * width
+    m = rx.match(buf, pos)
+    if m is not None:
+        lines += buf.count(b"\n", pos, m.end())
+        pos = m.end()
+    return pos, lines
 
 
 class Matcher:
@@ -103,6 +148,8 @@ class StreamScanner:
         self.unwrapper = Unwrapper()
         self._memo: dict[bytes, dict[str, str]] = {}
         self._runs: dict[bytes, re.Pattern[bytes]] = {}
+        # the flood the last buffer ended in (its key, row, marker): the next buffer continues it first
+        self.flood: tuple[bytes, int | None, int | None] | None = None
 
     # -- the Context the events use ---------------------------------------------------------------
     def match_text(self, text: str) -> int | None:
@@ -115,24 +162,31 @@ class StreamScanner:
     def feed(self, data: bytes) -> list[Finding]:
         """Findings of ``data`` (complete lines, each ending in a newline) and of events it closes."""
         base = self.lines
-        self.lines += data.count(b"\n")
         self.last_feed = self.clock()
         buf, origin = self.unwrapper.feed(data)
-        rows, marks = self.m.engine.scan(buf)
         out: list[Finding] = []
-        walk = _Walk(self, buf, base, origin, rows, marks, out)
+        walk = _Walk(self, buf, base, origin, out)
+        flood, self.flood = self.flood, None
+        if flood is not None and not self.open:
+            walk.resume(*flood)
         if self.open:
             walk.run(0)
-        for end in sorted(rows.keys() | marks.keys()):
+        pending, i = walk.pending, 0
+        while i < len(pending) or walk.scan_more():
+            if i == len(pending):
+                continue
+            end = pending[i]
+            i += 1
             if end <= walk.pos:
                 continue
-            mark = marks.get(end)
+            mark = walk.marks.get(end)
             if mark is not None and mark < _EVENT_MARKS:
                 walk.run(buf.rfind(b"\n", 0, end - 1) + 1)
-            elif (f := walk.single(end, rows.get(end), mark)) is not None:
+            elif (f := walk.single(end, walk.rows.get(end), mark)) is not None:
                 out.append(f)
             elif walk.folding:
                 walk.fold(end)
+        self.lines = base + (walk.total_lines() if origin is None else data.count(b"\n"))
         return self._done(out)
 
     def _done(self, out: list[Finding]) -> list[Finding]:
@@ -192,12 +246,14 @@ class _Walk:
         buf: bytes,
         base: int,
         origin: list[int] | None,
-        rows: dict[int, int],
-        marks: dict[int, int],
         out: list[Finding],
     ) -> None:
-        self.sc, self.buf, self.base, self.origin = sc, buf, base, origin
-        self.rows, self.marks, self.out = rows, marks, out
+        self.sc, self.buf, self.base, self.origin, self.out = sc, buf, base, origin, out
+        # the engine's hits so far (line end -> row / marker), the hit line ends in order, the scanned prefix
+        self.rows: dict[int, int] = {}
+        self.marks: dict[int, int] = {}
+        self.pending: list[int] = []
+        self.scanned = 0
         self.pos = 0  # lines before this offset are done
         # collapse: the last single-line finding, which equal following lines add to
         self._prev: Finding | None = None
@@ -207,6 +263,23 @@ class _Walk:
         self._prev_mark: int | None = -1
         self._count_pos = 0
         self._count = 0
+
+    def scan_more(self) -> bool:
+        """Run the engine over the next segment (whole lines from the first not yet done); False at the end."""
+        start = max(self.scanned, self.pos)
+        if start >= len(self.buf):
+            return False
+        stop = self.buf.find(b"\n", start + SEGMENT - 1) + 1 or len(self.buf)
+        rows, marks = self.sc.m.engine.scan(self.buf, start, stop)
+        self.rows.update(rows)
+        self.marks.update(marks)
+        self.pending.extend(sorted(rows.keys() | marks.keys()))
+        self.scanned = stop
+        return True
+
+    def total_lines(self) -> int:
+        """Lines in the buffer (counting on from the last line number asked for)."""
+        return self._count + self.buf.count(b"\n", self._count_pos)
 
     def number(self, start: int) -> int:
         """1-based input line number of the line starting at ``start`` (queries in increasing order)."""
@@ -225,7 +298,7 @@ class _Walk:
         prev = self._prev
         if prev is not None and key == self._prev_key and row == self._prev_row and mark == self._prev_mark:
             prev.count += 1
-            self.folding = prev.count == FOLD_AFTER
+            self.folding = prev.count >= FOLD_AFTER
             return None
         named = self.sc.m.engine.resolve(row, raw) if row is not None else None
         text = raw.decode("utf-8", "replace").rstrip("\r")
@@ -238,14 +311,28 @@ class _Walk:
         return f
 
     def fold(self, end: int) -> None:
-        """A flood: the lines after ``end`` that equal the last one (but for the dmesg stamp) in one C pass."""
+        """A flood: the lines after ``end`` that equal the last one (but for the dmesg stamp), in C."""
         self.folding = False
         assert self._prev is not None
-        rx = self.sc.run_regex(self._prev_key)
-        m = rx.match(self.buf, end)
-        if m is not None:
-            self._prev.count += self.buf.count(b"\n", end, m.end())
-            self.pos = max(self.pos, m.end())
+        stop, lines = run_end(self.buf, end, self._prev_key, self.sc.run_regex(self._prev_key))
+        self._prev.count += lines
+        if lines and self._count_pos <= end:  # the line numbers count on past the run without a second pass
+            self._count += self.buf.count(b"\n", self._count_pos, end) + lines
+            self._count_pos = stop
+        self.pos = max(self.pos, stop)
+        if lines and stop == len(self.buf):
+            self.sc.flood = (self._prev_key, self._prev_row, self._prev_mark)
+
+    def resume(self, key: bytes, row: int | None, mark: int | None) -> None:
+        """Continue the flood the previous buffer ended in: its lines here are one finding, without the engine."""
+        first = self.buf.find(b"\n") + 1
+        if not first or self.sc.run_regex(key).match(self.buf, 0, first) is None:
+            return
+        f = self.single(first, row, mark)
+        assert f is not None  # the first finding of this buffer
+        self.out.append(f)
+        self.pos = first
+        self.fold(first)
 
     def _line(self, start: int, end: int) -> Line:
         data = self.buf[start : end - 1]
@@ -269,6 +356,8 @@ class _Walk:
         self._prev = None
         while pos < len(self.buf) and (sc.open or first):
             end = self.buf.find(b"\n", pos) + 1 or len(self.buf)
+            while self.scanned < end and self.scan_more():
+                pass
             self._step(self._line(pos, end), end)
             first = False
             pos = end

@@ -385,3 +385,71 @@ def test_kernel_xid_counts_for_each_workload_live_on_the_node(tmp_path: Path, re
     assert registry.get_sample_value("trainguard_log_pattern_matches_total", node_level) == 1
     assert registry.get_sample_value("trainguard_log_pattern_matches_total", _labels("xid_79_fallen_off_bus",
                                                                                      "infra_gpu")) is None  # fmt: skip
+
+
+def _get(
+    app: Any, accept: str = "", encoding: str = "", method: str = "GET", query: str = ""
+) -> tuple[str, Any, bytes]:
+    got: list[Any] = []
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": "/metrics",
+        "QUERY_STRING": query,
+        "HTTP_ACCEPT": accept,
+        "HTTP_ACCEPT_ENCODING": encoding,
+    }
+    body = b"".join(app(environ, lambda status, headers: got.append((status, dict(headers)))))
+    return got[0][0], got[0][1], body
+
+
+def test_metrics_app_serves_what_prometheus_client_renders(tmp_path: Path, registry: CollectorRegistry) -> None:
+    """The cached exposition is byte for byte prometheus_client's, in both formats, before and after a change."""
+    import gzip  # noqa: PLC0415
+
+    from prometheus_client.openmetrics.exposition import generate_latest as om_latest  # noqa: PLC0415
+
+    from exporters.exposition import MetricsApp  # noqa: PLC0415
+
+    exp = Exporter(_config(tmp_path, workload="7", scheduler="slurm"), registry)
+    app = MetricsApp(exp.collectors, registry)
+    log = tmp_path / "logs" / "a.log"
+    log.write_text("")
+    exp.poll_once()
+    om = "application/openmetrics-text; version=1.0.0,text/plain;version=0.0.4;q=0.5"
+    for _ in range(2):
+        for accept, render in (("", generate_latest), (om, om_latest)):
+            status, headers, body = _get(app, accept)
+            assert status == "200 OK"
+            assert body == render(registry), accept
+            _, headers, zipped = _get(app, accept, "gzip")
+            assert headers["Content-Encoding"] == "gzip"
+            assert gzip.decompress(zipped) == body
+        with log.open("a") as f:
+            f.write(XID79)  # the counters change: rendered again
+        exp.poll_once()
+    assert b'pattern="xid_79_fallen_off_bus",rank="",scheduler="slurm",workload="7"} 1.0\n' in body  # 0 in round one
+    _, _, some = _get(app, query="name[]=trainguard_exporter_log_lines_total")  # as prometheus_client filters
+    assert some == generate_latest(registry.restricted_registry(["trainguard_exporter_log_lines_total"]))
+    assert _get(app, method="POST")[0].startswith("405")
+
+
+def test_lines_in_open_files_are_read_between_polls(tmp_path: Path, registry: CollectorRegistry) -> None:
+    """With a long poll interval, a line appended to a followed file is still counted within a second."""
+    import time  # noqa: PLC0415
+
+    log = tmp_path / "logs" / "a.log"
+    exp = Exporter(_config(tmp_path, poll_interval=60.0), registry)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    exp.start(serve=False)
+    try:
+        wait_until(lambda: exp.source.files, 5, what="the first poll opened the file")
+        time.sleep(0.3)
+        with log.open("a") as f:
+            f.write(XID79)
+        labels = _labels("xid_79_fallen_off_bus", "infra_gpu")
+        t0 = time.monotonic()
+        wait_until(lambda: registry.get_sample_value("trainguard_log_pattern_matches_total", labels) == 1, 5)
+        assert time.monotonic() - t0 < 2, "read by the quick check, not the next poll a minute later"
+    finally:
+        exp.stop()

@@ -381,3 +381,83 @@ def test_unknown_reads_standard_input_and_explains_itself() -> None:
     helptext = subprocess.run([*argv, "--help"], capture_output=True, check=True, timeout=60, cwd=root).stdout.decode()
     assert "patterns.csv" in helptext
     assert "--json" in helptext
+
+
+def _stamp(i: int, style: int) -> str:
+    if style == 0:
+        return f"[{995 + i * 0.37:12.6f}] "  # the width changes as the seconds pass 999
+    if style == 1:
+        return f"[Sat Nov 28 10:{i // 60 % 60:02d}:{i % 60:02d} 2026] "
+    return ""
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_flood_split_over_buffers_counts_every_line_once(engine: str) -> None:
+    """Floods of each stamp style, broken by other lines, fed in uneven buffers: the collapsed counts add up
+    to the lines, row by row, and the line numbers and counts do not depend on where the buffers split."""
+    import random  # noqa: PLC0415 - only this test splits at random
+
+    xid = "NVRM: Xid (PCI:0000:10:1c): 79, pid=1896, name=python3, GPU has fallen off the bus.\n"
+    lines = [_stamp(i, style) + xid for style in (0, 1, 2) for i in range(3000)]
+    lines[4000:4000] = ["[rank3]: step 10 | loss 2.0\n", "[ 1.0] [ 2.0] " + xid, "[ 12.0]" + xid, xid]
+    data = "".join(lines).encode()
+    m = MATCHERS[engine]
+    per_line = StreamScanner(m).feed(data)
+    assert len(per_line) == len(lines) - 1
+    rnd = random.Random(5)
+    for _ in range(3):
+        sc = StreamScanner(m, collapse=True)
+        found: list[Finding] = []
+        pos = 0
+        while pos < len(data):
+            cut = data.find(b"\n", pos + rnd.randrange(1, 200_000)) + 1 or len(data)
+            found += sc.feed(data[pos:cut])
+            pos = cut
+        assert sum(f.count for f in found) == len(per_line)
+        assert {f.pattern.id if f.pattern else None for f in found} == {"xid_79_fallen_off_bus"}
+        assert sc.lines == len(lines)
+        covered = sorted(line for f in found for line in range(f.line, f.line + f.count))
+        assert covered == [f.line for f in per_line], "every counted line is a line that matched"
+
+
+def test_run_end_is_what_the_run_regex_matches() -> None:
+    """The fast flood check gives exactly the run regex's answer, on runs that break in every way."""
+    from exporters.scanner import run_end  # noqa: PLC0415 - the function under test
+
+    key = b"NVRM: Xid (PCI:0000:10:1c): 79, pid=1896, name=python3, GPU has fallen off the bus."
+    sc = StreamScanner(RE)
+    rx = sc.run_regex(key)
+    ok = [b"[ 8901.234567] ", b"[18901.234567] ", b"[Sat Nov 28 10:01:02 2026] ", b""]
+    breaks = [
+        b"[ 8901.23456x] ",
+        b"[ 8901.2345671] ",
+        b"[\n8901.2] ",
+        b"x",
+        b"[ 8901.234567]  ",
+        b"[Sat Nov 28 1:01:02 2026] ",
+    ]
+    for good in ok:
+        for bad in breaks:
+            for n in (1, 5, 5000):
+                for tail in (key, key[:-1] + b"!", b""):
+                    buf = b"".join(good.replace(b"8901", str(8901 + i).encode()[-4:]) + key + b"\n" for i in range(n))
+                    buf += bad + tail + b"\n" + good + key + b"\n"
+                    m = rx.match(buf, 0)
+                    want = (m.end(), buf.count(b"\n", 0, m.end())) if m else (0, 0)
+                    assert run_end(buf, 0, key, rx) == want, (good, bad, n, tail)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_findings_do_not_depend_on_the_engine_segment(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events that straddle segments (the engine scans a buffer a segment at a time) come out the same."""
+    import exporters.scanner  # noqa: PLC0415 - its segment size is what varies
+
+    joined = ("\n".join(_texts()) + "\n").encode()
+    m = MATCHERS[engine]
+    monkeypatch.setattr(exporters.scanner, "SEGMENT", 1 << 30)
+    want = _key(m.scan(joined))
+    counts = [f.count for f in StreamScanner(m, collapse=True).feed(joined)]
+    for segment in (1, 100, 4096):
+        monkeypatch.setattr(exporters.scanner, "SEGMENT", segment)
+        assert _key(m.scan(joined)) == want, segment
+        assert [f.count for f in StreamScanner(m, collapse=True).feed(joined)] == counts, segment
