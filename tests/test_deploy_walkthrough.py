@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,7 @@ import yaml
 
 from tests.services import unavailable
 from trainguard.lab.common import free_port, free_port_block, poll
-from trainguard.lab.payloads import nccl_storm_with_xid
+from trainguard.lab.payloads import alert, notification
 from trainguard.lab.stack import Service, query, start_alertmanager, start_prometheus, wait_first_scrape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,45 +182,48 @@ def _serve_from_the_walkthrough(walk: Walk) -> None:
         services, exporters = _pipeline(walk, url)
         prom = services[1]
         env = {**walk.env, "TRAINGUARD_URL": url}
-        # 1. monitor: a fault in a canary job is recorded, Slurm is not touched
+        # 1. monitor: a GPU fault under a canary job is recorded, Slurm is not touched
         job = _submit(walk)
-        record = _fault(walk, prom, url, job)
+        record = _xid(walk, prom, url, job)
         assert (record["mode"], record["outcome"], record["action"]) == ("monitor", "planned", "requeue_excluding")
         blamed = record["implicated_nodes"][0]
         info = walk.slurm.job(job)
         assert (info["JobState"], info["Restarts"], info["ExcNodeList"]) == ("RUNNING", "0", "(null)"), info
         walk.slurm.cancel(job)
-        # 2. canary + act: the page's steps, the responder restarted on the changed file
+        # 2. canary + act: the page's steps, the responder restarted on the changed file; a typo refused
         run_steps(("canary",), walk.env, walk.tmp)
         responder.terminate()
         responder.wait(10)
         responder, _ = _start_responder(walk, port)
         assert run_steps(("act",), env, walk.tmp).strip() == "lab: act"
+        typo = subprocess.run([walk.trainguard, "mode", "lba", "act"], capture_output=True, text=True, timeout=30,
+                              env={**env, "TRAINGUARD_OPERATOR_TOKEN_FILE": str(walk.etc / "operator.token")},
+                              check=False)  # fmt: skip
+        assert typo.returncode == 2, typo.stdout + typo.stderr
+        assert "unknown cluster" in typo.stdout + typo.stderr
         job = _submit(walk)
-        record = _fault(walk, prom, url, job)
+        record = _xid(walk, prom, url, job)
         assert (record["mode"], record["outcome"], record["action"]) == ("act", "done", "requeue_excluding"), record
         target = record["implicated_nodes"][0]
         assert record["excluded_nodes"] == [target]
         info = walk.slurm.job(job)
-        assert info["ExcNodeList"] == target, info
-        assert info["Restarts"] == "1", info
+        assert (info["ExcNodeList"], info["Restarts"]) == (target, "1"), info
 
         def elsewhere() -> list[str] | None:
-            state = walk.slurm.job(job)["JobState"]
             placed = walk.slurm.nodes(job)
-            return placed if state == "RUNNING" and placed and target not in placed else None
+            return placed if walk.slurm.job(job)["JobState"] == "RUNNING" and target not in placed else None
 
-        placed = poll(elsewhere, 40, what=f"job {job} running again without {target}")
-        assert len(placed) == 2
+        assert len(poll(elsewhere, 40, what=f"job {job} running again without {target}")) == 2
         _check_drain(walk, url, job, target, blamed_before=target == blamed)
-        walk.slurm.cancel(job)
-        # 3. rollback: recorded only again
+        # 3. rollback: the next decision (a rank of the new attempt killed) is recorded only
         assert run_steps(("rollback",), env, walk.tmp).strip() == "lab: monitor"
-        job = _submit(walk)
-        record = _fault(walk, prom, url, job)
+        rank = _ranks(walk, job, 1)["1"]
+        os.kill(int(rank["pid"]), signal.SIGKILL)
+        record = _decision(url, job, "1")
         assert (record["mode"], record["outcome"]) == ("monitor", "planned"), record
+        assert record["action"] != "none", record
         info = walk.slurm.job(job)
-        assert (info["JobState"], info["Restarts"], info["ExcNodeList"]) == ("RUNNING", "0", "(null)"), info
+        assert (info["Restarts"], info["ExcNodeList"]) == ("1", target), info
     finally:
         for exporter in exporters:
             exporter.terminate()
@@ -257,7 +261,8 @@ def _start_responder(walk: Walk, port: int) -> tuple[subprocess.Popen[bytes], st
 def _check_the_responder(etc: Path, url: str) -> None:
     webhook = (etc / "webhook.token").read_text().strip()
     operator = (etc / "operator.token").read_text().strip()
-    alerts = nccl_storm_with_xid(1, 2, workload="7")
+    # a cluster of its own: this incident must not count in `lab`'s circuit breaker below
+    alerts = notification([alert("TrainguardRankCrashed", "crash", cluster="token-check", host="x", rank="0")])
     assert httpx.post(f"{url}/v1/alerts", json=alerts, timeout=5).status_code == 401
     auth = {"Authorization": f"Bearer {webhook}"}
     assert httpx.post(f"{url}/v1/alerts", json=alerts, headers=auth, timeout=5).status_code == 200
@@ -266,7 +271,7 @@ def _check_the_responder(etc: Path, url: str) -> None:
     assert mode.status_code == 200, mode.text  # `lab` has its Slurm adapter configured: act is allowed
     back = httpx.put(f"{url}/v1/clusters/lab/mode", json={"mode": "monitor"},
                      headers={"Authorization": f"Bearer {operator}"}, timeout=5)  # fmt: skip
-    assert back.status_code == 200  # rollback; the pipeline below runs in monitor mode (no Slurm here)
+    assert back.status_code == 200  # back to monitor: step 7 below switches with the page's commands
 
 
 def _pipeline(walk: Walk, url: str) -> tuple[list[Service], list[subprocess.Popen[bytes]]]:
@@ -344,13 +349,12 @@ def _submit(walk: Walk) -> str:
     return out.strip().split(";")[0]
 
 
-def _fault(walk: Walk, prom: Service, url: str, job: str) -> dict[str, Any]:
-    """An XID 79 in the kernel log of the node of ``job``'s rank 1, once the exporters see its ranks; the
-    decision it leads to, once settled (act mode writes ``pending`` before Slurm is called)."""
+def _ranks(walk: Walk, job: str, attempt: int) -> dict[str, dict[str, Any]]:
+    """rank -> progress state of ``job``'s two ranks of ``attempt``, once both report."""
 
     def ranks() -> dict[str, dict[str, Any]] | None:
         found = {}
-        for path in (walk.tmp / "progress").glob(f"*/{job}-a0-r*.json"):
+        for path in (walk.tmp / "progress").glob(f"*/{job}-a{attempt}-r*.json"):
             try:
                 state = json.loads(path.read_text())
             except ValueError:
@@ -358,7 +362,27 @@ def _fault(walk: Walk, prom: Service, url: str, job: str) -> dict[str, Any]:
             found[state["identity"]["rank"]] = state
         return found if len(found) == 2 else None
 
-    rank = poll(ranks, 60, what=f"job {job}'s two ranks reporting progress")["1"]
+    found: dict[str, dict[str, Any]] = poll(ranks, 60, what=f"job {job}'s two ranks of attempt {attempt} reporting")
+    return found
+
+
+def _decision(url: str, job: str, attempt: str) -> dict[str, Any]:
+    """The decision on ``job``'s ``attempt`` once settled (act mode writes ``pending`` before Slurm is called)."""
+
+    def decided() -> dict[str, Any] | None:
+        body = httpx.get(f"{url}/v1/decisions", params={"workload": job}, timeout=5).json()
+        found = [d for d in body["decisions"]
+                 if d["kind"] == "decision" and d["attempt"] == attempt and d["action"] != "drain_node"]  # fmt: skip
+        return found[0] if found and found[0]["outcome"] != "pending" else None
+
+    record: dict[str, Any] = poll(decided, 60, what=f"a decision on {job} attempt {attempt} through the pipeline")
+    return record
+
+
+def _xid(walk: Walk, prom: Service, url: str, job: str) -> dict[str, Any]:
+    """An XID 79 in the kernel log of the node of ``job``'s rank 1, once the exporters see its ranks; the
+    decision it leads to, with the XID as its evidence."""
+    rank = _ranks(walk, job, 0)["1"]
     node = rank["identity"]["host"]
     # the XID counter scraped at 0 first (the exporter pre-creates it): increase() needs the step to 1
     xid_series = (
@@ -367,16 +391,9 @@ def _fault(walk: Walk, prom: Service, url: str, job: str) -> dict[str, Any]:
     poll(lambda: query(prom, xid_series), 30, what=f"the XID counter at 0 for workload {job} on {node}")
     with (walk.tmp / "kmsg" / f"{node}.log").open("a") as f:
         f.write(XID.format(pid=rank["pid"]))
-
-    def decided() -> dict[str, Any] | None:
-        body = httpx.get(f"{url}/v1/decisions", params={"workload": job}, timeout=5).json()
-        found = [d for d in body["decisions"] if d["kind"] == "decision" and d["action"] != "drain_node"]
-        return found[0] if found and found[0]["outcome"] != "pending" else None
-
-    record: dict[str, Any] = poll(decided, 60, what=f"a decision on workload {job} through Prometheus and Alertmanager")
+    record = _decision(url, job, "0")
     [xid] = [e for e in record["evidence"] if e["labels"].get("pattern") == "xid_79_fallen_off_bus"]
     assert xid["labels"]["host"] == node
     assert xid["summary"] == f"GPU fault (xid_79_fallen_off_bus) in {job} on {node}"
     assert record["implicated_nodes"] == [node]
-    assert record["attempt"] == "0"
     return record
