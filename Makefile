@@ -55,8 +55,8 @@ fmt: install  ## ruff format and autofix
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-demo: install-lab  ## the whole stack on real Slurm: a GPU fault in real training, detected, isolated, recovered (KEEP=1: leave it running)
-	$(BIN)/python scripts/lab/demo.py $(if $(KEEP),--keep)
+demo: install-lab  ## the whole stack on real Slurm: a GPU fault in real training, detected, isolated, recovered (KEEP=1: leave it running; MODE=approve: an operator approves)
+	$(BIN)/python scripts/lab/demo.py $(if $(KEEP),--keep) $(if $(MODE),--mode $(MODE))
 
 demo-stop:  ## end the lab that `make demo KEEP=1` left running
 	$(BIN)/python scripts/lab/demo.py --stop

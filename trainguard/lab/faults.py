@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import statistics
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from typing import Any
 from exporters.patterns import line_host, line_rank
 from responder.clock import parse_rfc3339
 from responder.schedulers.slurm.parse import expand_hostlist
-from trainguard.lab.slurm import NODES, ROOT, Lab, LabError
+from trainguard.lab.slurm import NODES, ROOT, TRAINGUARD, Lab, LabError, wait
 
 NCCL_ERROR = (
     "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1275, "
@@ -407,20 +408,20 @@ def _observe(lab: Lab, fault: Fault, result: TrialResult, t0: float, say: Callab
         event(result.note)
         return result
     result.decisions = len(lab.decisions(job))
+    decided = _ts(decision["decided_at"])
+    received = _ts(decision["received_at"])
+    if received is not None and decided is not None:
+        result.decision_s = decided - received
+    excluded = ",".join(decision["excluded_nodes"])
+    event(f"decision: {decision['action']} {excluded} [{decision['mode']}] - {decision['reason']}", decided)
     if decision["outcome"] == "awaiting_approval":
         decision, result.approval_s = _approve(lab, job, decision, event)
     decision = _settled(lab, job, decision)
     result.action, result.outcome = decision["action"], decision["outcome"]
     result.implicated, result.excluded = decision["implicated_nodes"], decision["excluded_nodes"]
-    decided = _ts(decision["decided_at"])
-    received = _ts(decision["received_at"])
-    if received is not None and decided is not None:
-        result.decision_s = decided - received
-    event(f"decision: {result.action} {','.join(result.excluded)} [{decision['mode']}] - {decision['reason']}",
-          decided)  # fmt: skip
     acted = _ts(decision.get("acted_at"))
     if acted is not None and decided is not None:
-        result.action_s = acted - decided
+        result.action_s = acted - decided - (result.approval_s or 0.0)  # the machine's time, the wait apart
         event(f"action {decision['outcome']}: {decision.get('detail', '')}", acted)
     result.ok = result.action == fault.action and sorted(result.implicated) == sorted(result.expected_nodes)
     if (
@@ -454,20 +455,42 @@ def _observe(lab: Lab, fault: Fault, result: TrialResult, t0: float, say: Callab
 
 
 def _approve(
-    lab: Lab, job: str, decision: dict[str, Any], event: Callable[[str, float | None], None], after_s: float = 5.0
+    lab: Lab, job: str, decision: dict[str, Any], event: Callable[[str, float | None], None]
 ) -> tuple[dict[str, Any], float]:
-    """Approve mode: an operator answers after ``after_s`` with the real ``trainguard approve``; the wait."""
-    from trainguard import cli  # noqa: PLC0415 - the command line only for approve mode
+    """Approve mode: the decision waits; the real ``trainguard approve`` (a subprocess) answers it after
+    ``lab.approve_after_s``, or an operator does (``None``: console or CLI, within ``operator_wait_s``).
+    The decision once answered, and the wait from its recording to the approval."""
+    ident = decision["id"]
+    event(f"decision {ident} waits for approval: trainguard approve {ident} "
+          f"(or {lab.responder_url}/console/decisions/{ident})", None)  # fmt: skip
+    said = None
+    if lab.approve_after_s is None:
+        fresh = _answered(lab, job, ident, lab.operator_wait_s)
+    else:
+        time.sleep(lab.approve_after_s)  # the operator reading the decision page
+        argv = [TRAINGUARD, "approve", ident, "--by", "lab-demo", "--url", lab.responder_url]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        if done.returncode != 0:
+            raise LabError(f"trainguard approve {ident} failed ({done.returncode}): {done.stdout}{done.stderr}")
+        said = f"$ trainguard approve {ident} --by lab-demo: {done.stdout.strip()}"
+        fresh = _answered(lab, job, ident, 10)
+    approval = fresh.get("approval") or {}
+    if approval.get("state") != "approved":
+        raise LabError(f"decision {ident} was not approved: {approval or fresh['outcome']}")
+    at = approval.get("at")
+    answered = float(at) if isinstance(at, int | float) else time.time()
+    event(said or f"approved by {approval.get('by')} ({approval.get('identity')})", answered)
+    return fresh, answered - (_ts(decision["decided_at"]) or answered)
 
-    event(f"decision {decision['id']} waits: trainguard approve {decision['id']}", None)
-    time.sleep(after_s)  # the operator reading the decision page
-    if cli.main(["approve", decision["id"], "--by", "lab-demo", "--url", lab.responder_url]) != 0:
-        raise LabError(f"trainguard approve {decision['id']} failed")
-    answered = time.time()
-    event("approved by lab-demo", answered)
-    decided = _ts(decision["decided_at"]) or answered
-    fresh = next((d for d in lab.decisions(job) if d["id"] == decision["id"]), decision)
-    return fresh, answered - decided
+
+def _answered(lab: Lab, job: str, ident: str, timeout: float) -> dict[str, Any]:
+    """The decision ``ident`` once it no longer awaits approval (approved, rejected or expired)."""
+
+    def check() -> dict[str, Any] | None:
+        found = next((d for d in lab.decisions(job) if d["id"] == ident), None)
+        return found if found is not None and found["outcome"] != "awaiting_approval" else None
+
+    return wait(check, timeout, f"an answer to decision {ident} (trainguard approve {ident})", interval=0.2)  # type: ignore[no-any-return]
 
 
 def _settled(lab: Lab, job: str, decision: dict[str, Any], timeout: float = 15) -> dict[str, Any]:

@@ -96,6 +96,10 @@ class Lab:
     port_base: int = 19400
     correlation_window_s: float = 1.0
     fast_path: bool = False  # exporters also post critical matches straight to Alertmanager
+    # approve mode: the lab answers a waiting decision with `trainguard approve` after this long (the
+    # operator reading the decision); None: it waits up to operator_wait_s for a person to answer
+    approve_after_s: float | None = 5.0
+    operator_wait_s: float = 600.0
     policy: dict[str, Any] | None = None  # the cluster's policy settings (None: the defaults)
     say: Callable[[str], None] = print
     procs: list[Proc] = field(default_factory=list)
