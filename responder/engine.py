@@ -247,7 +247,7 @@ class Engine:
         )
         if verdict.implicated and safety.allowed:
             for candidate in isolation.drain_candidates(
-                self.store, incident.cluster, incident.workload, verdict.implicated, now, self.settings.ledger
+                self.store, incident.cluster, incident.workload, verdict.implicated, now, self.settings.ledger, mode
             ):
                 drain_safety = self._check(incident.cluster, mode, now, frozenset({candidate.node}), counts_action=True)
                 reason = (

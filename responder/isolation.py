@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from responder import likelihoods
+from responder.model import Mode
 from responder.store import LedgerStore
 from responder.suspicion import SuspicionSettings, suspicion
 
@@ -80,33 +81,48 @@ class Standing:
 
 
 def standing(
-    store: LedgerStore, cluster: str, node: str, now: float, ledger: LedgerSettings, workload: str | None = None
+    store: LedgerStore,
+    cluster: str,
+    node: str,
+    now: float,
+    ledger: LedgerSettings,
+    workload: str | None = None,
+    real_only: bool = False,
 ) -> Standing:
-    """The node's standing; ``workload``: count this workload's implication too (one being decided)."""
+    """The node's standing; ``workload``: count this workload's implication too (one being decided);
+    ``real_only``: only a drain sent or awaiting approval counts as recorded."""
     since = now - ledger.drain_window_s
     workloads = store.node_workloads_since(cluster, node, since) | ({workload} if workload else set())
-    drained = store.drain_recorded_since(cluster, node, since)
+    drained = store.drain_recorded_since(cluster, node, since, real_only)
     due = len(workloads) >= ledger.drain_after_workloads and not drained
     return Standing(tuple(sorted(workloads)), drained, due)
 
 
 def drain_candidates(
-    store: LedgerStore, cluster: str, workload: str, implicated: tuple[str, ...], now: float, ledger: LedgerSettings
+    store: LedgerStore,
+    cluster: str,
+    workload: str,
+    implicated: tuple[str, ...],
+    now: float,
+    ledger: LedgerSettings,
+    mode: Mode = Mode.MONITOR,
 ) -> list[DrainCandidate]:
     """Implicated nodes that enough distinct workloads blamed within the window (this one included), or,
-    with ``suspicion.drain_at`` set, whose suspicion (this implication included) reached it."""
+    with ``suspicion.drain_at`` set, whose suspicion (this implication included) reached it. Outside
+    monitor mode a drain only planned earlier (in monitor) does not count as done."""
+    real_only = mode != Mode.MONITOR
     out = []
     threshold = ledger.suspicion.drain_at
     if threshold is not None:
         probs = node_suspicion(store, cluster, now, ledger, extra=[(n, now, 1.0) for n in implicated])
         since = now - ledger.drain_window_s
         for node in implicated:
-            if probs.get(node, 0.0) >= threshold and not store.drain_recorded_since(cluster, node, since):
+            if probs.get(node, 0.0) >= threshold and not store.drain_recorded_since(cluster, node, since, real_only):
                 workloads = store.node_workloads_since(cluster, node, since) | {workload}
                 out.append(DrainCandidate(node, tuple(sorted(workloads))))
         return out
     for node in implicated:
-        ranked = standing(store, cluster, node, now, ledger, workload)
+        ranked = standing(store, cluster, node, now, ledger, workload, real_only)
         if ranked.drain_due:
             out.append(DrainCandidate(node, ranked.workloads))
     return out

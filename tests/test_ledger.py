@@ -31,7 +31,7 @@ class Ledger:
     def reviewed_decisions(self, limit: int = 5000) -> list[tuple[AuditRecord, str]]:
         return []
 
-    def drain_recorded_since(self, cluster: str, node: str, since: float) -> bool:
+    def drain_recorded_since(self, cluster: str, node: str, since: float, real_only: bool = False) -> bool:
         return node in self.drained
 
 

@@ -15,7 +15,7 @@ from responder.clock import FakeClock
 from responder.engine import Engine
 from responder.isolation import LedgerSettings
 from responder.metrics import ResponderMetrics
-from responder.model import AuditRecord
+from responder.model import AuditRecord, Mode
 from responder.schedulers.recording import RecordingScheduler
 from responder.settings import ClusterSettings, Settings
 from responder.store.sqlite import SqliteStore
@@ -93,6 +93,20 @@ def test_node_blamed_by_two_workloads_gets_one_drain_recommendation(tmp_path: Pa
     assert "101" in drain.reason
     assert "102" in drain.reason
     assert [r.action for r in h.fault("103", "n7")] == ["requeue_excluding"]  # already recommended
+
+
+def test_a_drain_only_planned_in_monitor_mode_is_sent_after_switching_to_act(tmp_path: Path) -> None:
+    h = Harness(tmp_path, breaker=BreakerSettings(correlated_workloads=10, max_nodes_without_size=100),
+                ledger=LedgerSettings(drain_after_workloads=2))  # fmt: skip
+    h.fault("101", "n7")
+    planned = h.fault("102", "n7")
+    assert [(r.action, r.outcome) for r in planned] == [("requeue_excluding", "planned"), ("drain_node", "planned")]
+    h.engine.set_mode("lab", Mode.ACT, "test")
+    acted = h.fault("103", "n7")
+    assert [(r.action, r.outcome) for r in acted] == [("requeue_excluding", "pending"), ("drain_node", "pending")]
+    assert acted[1].node == "n7"  # sent to the scheduler (pending until its answer), not only planned
+    # Once sent, it is not sent again.
+    assert [r.action for r in h.fault("104", "n7")] == ["requeue_excluding"]
 
 
 def test_reputation_decays_with_half_life(tmp_path: Path) -> None:

@@ -410,10 +410,11 @@ class SqliteStore:
         latest = {r["record_id"]: (r["body"], r["verdict"]) for r in rows}
         return [(_load(body), verdict) for body, verdict in latest.values()]
 
-    def drain_recorded_since(self, cluster: str, node: str, since: float) -> bool:
+    def drain_recorded_since(self, cluster: str, node: str, since: float, real_only: bool = False) -> bool:
+        real = " AND outcome IN ('pending', 'done', 'awaiting_approval')" if real_only else ""
         rows = self._query(
             "SELECT 1 FROM records WHERE cluster=? AND node=? AND action='drain_node' AND kind='decision'"
-            " AND time >= ? LIMIT 1",
+            " AND time >= ?" + real + " LIMIT 1",
             (cluster, node, since),
         )
         return bool(rows)
