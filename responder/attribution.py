@@ -38,7 +38,7 @@ SYMPATHETIC_PATTERNS = frozenset(
 # symptoms too. They make detection broad without turning a node's fault into "the application's error".
 GENERIC_PATTERNS = frozenset(
     {"python_exception", "cpp_exception_abort", "torch_elastic_child_failed", "srun_task_failed", "sigabrt",
-     "k8s_crash_loop"}
+     "k8s_crash_loop", "sigterm", "error_record"}
 )  # fmt: skip
 IMPLICATE_AT = 1.0  # score a host needs before it is blamed
 CRASH_WEIGHT = 0.5  # a crash adds to other evidence on its host but never blames it alone

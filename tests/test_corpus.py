@@ -55,8 +55,8 @@ def test_every_line_has_the_documented_fields() -> None:
 # The goal on the reporting half is recall >= 0.95, category accuracy >= 0.90 and benign false alarms
 # <= 0.05 (bench/results/corpus.json says where we stand). These floors sit just under the measured figures,
 # so that no change to the catalog or the scanner makes detection on real logs worse unnoticed.
-REGRESSION_FLOORS = {"recall": 0.73, "category_accuracy": 0.59}
-BENIGN_FALSE_ALARMS_CEILING = 0.07
+REGRESSION_FLOORS = {"recall": 0.81, "category_accuracy": 0.64}
+BENIGN_FALSE_ALARMS_CEILING = 0.06
 
 
 @pytest.mark.parametrize("engine", ["hyperscan", "re"])
