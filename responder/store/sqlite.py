@@ -411,11 +411,10 @@ class SqliteStore:
         return [(_load(body), verdict) for body, verdict in latest.values()]
 
     def drain_recorded_since(self, cluster: str, node: str, since: float, real_only: bool = False) -> bool:
-        real = " AND outcome IN ('pending', 'done', 'awaiting_approval')" if real_only else ""
         rows = self._query(
             "SELECT 1 FROM records WHERE cluster=? AND node=? AND action='drain_node' AND kind='decision'"
-            " AND time >= ?" + real + " LIMIT 1",
-            (cluster, node, since),
+            " AND time >= ? AND (? = 0 OR outcome IN ('pending', 'done', 'awaiting_approval')) LIMIT 1",
+            (cluster, node, since, int(real_only)),
         )
         return bool(rows)
 
