@@ -1,120 +1,67 @@
-"""The durable store on SQLite: accepted alerts, incidents, audit records, cluster modes, reviews, node ledger.
+"""The store's SQL, shared by its two dialects: ``sqlite.SqliteStore`` (the default) and ``postgres.PostgresStore``.
 
-SQLite in WAL mode with ``synchronous=FULL``: a notification is answered 2xx only after its alerts
-are committed to disk, so neither a crash nor a power loss loses an accepted alert. Exactly-once
-decisions rest on two constraints, not on timing: alerts are unique per
-``(fingerprint, startsAt, status)`` (Alertmanager's re-sends and repeats collapse into one row) and
-incidents are unique per ``(cluster, workload, attempt)`` and move from ``open`` to ``decided``
-once, in the same transaction that writes the decision.
+Exactly-once decisions rest on constraints, not on timing, and hold with one writer or several (two
+replicas on one PostgreSQL): alerts are unique per ``(fingerprint, startsAt, status)`` (Alertmanager's
+re-sends and repeats, and the same notification sent to both replicas, collapse into one row),
+incidents are unique per ``(cluster, workload, attempt)`` and move from ``open`` to ``decided`` once,
+in the same transaction that writes the decision (a conditional ``UPDATE``: of two concurrent
+deciders, one changes the row and the other none).
 
-``SqliteStore`` implements every protocol of ``responder.store``; a Postgres store for replicated
-deployments can replace it without touching the engine.
+The statements are written once, with ``?`` placeholders and named columns; a dialect supplies the
+connection (``_tx``, ``_query``, ``batch``), the tie-break column of the audit order and the fence
+(``_fenced``: whether this process may still finish ``pending`` actions; always on SQLite's one writer).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import fields
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic_core import to_json
 
 from responder.alerts import ClassifiedAlert, Notification
 from responder.model import AuditRecord, Incident, StoredAlert, new_id
 from responder.store import IngestResult, RecordQuery
-from responder.store.schema import SCHEMA, SCHEMA_VERSION
 
 _RECORD_FIELDS = tuple(f.name for f in fields(AuditRecord))
 
 
-class SqliteStore:
-    """Every store of ``responder.store`` on one SQLite file. Thread-safe: one connection behind a lock.
+class Cursor(Protocol):
+    @property
+    def rowcount(self) -> int: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
 
-    ``busy_timeout_s`` bounds every wait, for SQLite's file lock and for this object's own lock: a store
-    that cannot write raises within it (the webhook answers 503 and Alertmanager retries) and never hangs.
-    """
 
-    def __init__(self, path: Path | str, busy_timeout_s: float = 2.0) -> None:
-        self.path = Path(path)
-        if str(path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.RLock()
-        self._in_batch = False
-        self.busy_timeout_s = busy_timeout_s
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=busy_timeout_s)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new file (retention frees pages)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(SCHEMA)
-        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row is None:
-            self._db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) > SCHEMA_VERSION:
-            raise RuntimeError(f"{path}: schema version {row[0]} is newer than this trainguard ({SCHEMA_VERSION})")
-        elif int(row[0]) < SCHEMA_VERSION:  # every migration so far only adds indexes (the script above)
-            self._db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+class Connection(Protocol):
+    """What the shared statements need of a connection: ``?`` placeholders, rows addressed by column name."""
 
-    @contextmanager
-    def _locked(self) -> Iterator[sqlite3.Connection]:
-        if not self._lock.acquire(timeout=self.busy_timeout_s):
-            raise sqlite3.OperationalError(f"store busy: no turn within {self.busy_timeout_s:g}s")
-        try:
-            yield self._db
-        finally:
-            self._lock.release()
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor: ...
+    def executemany(self, sql: str, parameters: Iterable[Sequence[Any]], /) -> Any: ...
 
-    @contextmanager
-    def batch(self) -> Iterator[None]:
-        """One transaction (one commit, one fsync) around many writes; each write inside is a savepoint."""
-        with self._locked() as db:
-            if self._in_batch:
-                yield
-                return
-            db.execute("BEGIN IMMEDIATE")
-            self._in_batch = True
-            try:
-                yield
-            except BaseException:
-                if db.in_transaction:
-                    db.execute("ROLLBACK")
-                raise
-            finally:
-                self._in_batch = False
-            db.execute("COMMIT")
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._locked() as db:
-            if self._in_batch:  # inside batch(): this thread holds the lock and the transaction
-                db.execute("SAVEPOINT tx")
-                try:
-                    yield db
-                except BaseException:
-                    db.execute("ROLLBACK TO tx")
-                    db.execute("RELEASE tx")
-                    raise
-                db.execute("RELEASE tx")
-                return
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                if db.in_transaction:  # a failed COMMIT (disk full) may have rolled back already
-                    db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+class SqlStore:
+    """Every store of ``responder.store`` over a ``Connection``; a dialect subclass supplies the connection."""
 
-    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
-        with self._locked() as db:
-            return db.execute(sql, tuple(params)).fetchall()
+    # The audit order's tie-break among records of the same time: the insertion order.
+    _SEQUENCE = "rowid"
+
+    def _tx(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    def batch(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
+
+    def _query(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        raise NotImplementedError
+
+    def _fenced(self, db: Connection) -> bool:
+        """Whether this process may still move a ``pending`` record on (a deposed leader may not)."""
+        return True
 
     # -- ingest ---------------------------------------------------------------------------------
 
@@ -135,14 +82,13 @@ class SqliteStore:
         written: list[AuditRecord] = []
         counts = dict.fromkeys(("evidence", "rejected", "ignored", "resolved"), 0)
         with self._tx() as db:
-            cur = db.execute(
+            notification_id = db.execute(
                 "INSERT INTO notifications (received_at, group_key, receiver, status, alerts, new_alerts, truncated)"
-                " VALUES (?, ?, ?, ?, ?, 0, ?)",
+                " VALUES (?, ?, ?, ?, ?, 0, ?) RETURNING id",
                 (now, notification.groupKey, notification.receiver, notification.status, len(alerts),
                  notification.truncatedAlerts),
-            )  # fmt: skip
-            notification_id = cur.lastrowid
-            # One look-up for the whole notification; the lock and BEGIN IMMEDIATE rule out races.
+            ).fetchone()["id"]  # fmt: skip
+            # One look-up for the whole notification; a concurrent writer's row is skipped by ON CONFLICT.
             seen = self._existing_keys(db, alerts)
             fresh: list[ClassifiedAlert] = []
             for item in alerts:
@@ -187,7 +133,7 @@ class SqliteStore:
         )  # fmt: skip
 
     @staticmethod
-    def _existing_keys(db: sqlite3.Connection, alerts: Sequence[ClassifiedAlert]) -> set[tuple[str, str, str]]:
+    def _existing_keys(db: Connection, alerts: Sequence[ClassifiedAlert]) -> set[tuple[str, str, str]]:
         fingerprints = sorted({item.alert.fingerprint for item in alerts})
         found: set[tuple[str, str, str]] = set()
         for i in range(0, len(fingerprints), 500):
@@ -197,22 +143,25 @@ class SqliteStore:
                 f"SELECT fingerprint, starts_at, status FROM alerts WHERE fingerprint IN ({marks})",  # noqa: S608
                 chunk,
             ):
-                found.add((row[0], row[1], row[2]))
+                found.add((row["fingerprint"], row["starts_at"], row["status"]))
         return found
 
     def _incident_for(
-        self, db: sqlite3.Connection, key: tuple[str, str, str], scheduler: str | None, now: float, window: float
+        self, db: Connection, key: tuple[str, str, str], scheduler: str | None, now: float, window: float
     ) -> tuple[str, bool]:
         row = db.execute("SELECT id FROM incidents WHERE cluster=? AND workload=? AND attempt=?", key).fetchone()
         if row is not None:
             return str(row["id"]), False
-        incident_id = new_id("inc")
-        db.execute(
+        # Another replica may open the same incident now: the unique key decides, and its row is used.
+        row = db.execute(
             "INSERT INTO incidents (id, cluster, workload, attempt, scheduler, state, opened_at, deadline)"
-            " VALUES (?, ?, ?, ?, ?, 'open', ?, ?)",
-            (incident_id, *key, scheduler, now, now + window),
-        )
-        return incident_id, True
+            " VALUES (?, ?, ?, ?, ?, 'open', ?, ?) ON CONFLICT (cluster, workload, attempt) DO NOTHING RETURNING id",
+            (new_id("inc"), *key, scheduler, now, now + window),
+        ).fetchone()
+        if row is not None:
+            return str(row["id"]), True
+        row = db.execute("SELECT id FROM incidents WHERE cluster=? AND workload=? AND attempt=?", key).fetchone()
+        return str(row["id"]), False
 
     # -- incidents ------------------------------------------------------------------------------
 
@@ -221,8 +170,8 @@ class SqliteStore:
         return [Incident(**dict(r)) for r in rows]
 
     def next_deadline(self) -> float | None:
-        rows = self._query("SELECT MIN(deadline) FROM incidents WHERE state='open'")
-        value = rows[0][0] if rows else None
+        rows = self._query("SELECT MIN(deadline) AS d FROM incidents WHERE state='open'")
+        value = rows[0]["d"] if rows else None
         return float(value) if value is not None else None
 
     def postpone(self, incident_id: str, until: float) -> None:
@@ -250,8 +199,10 @@ class SqliteStore:
     def decide(
         self, incident: Incident, records: Sequence[AuditRecord], implicated: dict[str, float], now: float
     ) -> bool:
-        """Close ``incident`` and write its records at once; False if it was already decided."""
+        """Close ``incident`` and write its records at once; False if it was already decided (or deposed)."""
         with self._tx() as db:
+            if not self._fenced(db):
+                return False
             cur = db.execute(
                 "UPDATE incidents SET state='decided', decided_at=? WHERE id=? AND state='open'", (now, incident.id)
             )
@@ -268,7 +219,7 @@ class SqliteStore:
 
     # -- records --------------------------------------------------------------------------------
 
-    def _insert_record(self, db: sqlite3.Connection, record: AuditRecord) -> None:
+    def _insert_record(self, db: Connection, record: AuditRecord) -> None:
         db.execute(
             "INSERT INTO records (id, kind, time, cluster, workload, incident_id, action, mode, outcome, node, body)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -284,8 +235,13 @@ class SqliteStore:
             self._insert_record(db, record)
 
     def update_outcome(self, record: AuditRecord) -> None:
+        """Write ``record``'s outcome; a ``pending`` one only while this process holds the fence."""
         with self._tx() as db:
-            db.execute("UPDATE records SET outcome=?, body=? WHERE id=?", (record.outcome, _dump(record), record.id))
+            if self._fenced(db):
+                db.execute("UPDATE records SET outcome=?, body=? WHERE id=?", (record.outcome, _dump(record), record.id))
+            else:
+                db.execute("UPDATE records SET outcome=?, body=? WHERE id=? AND outcome != 'pending'",
+                           (record.outcome, _dump(record), record.id))  # fmt: skip
 
     def update_outcome_if(self, record: AuditRecord, expected: str) -> bool:
         """Write ``record`` only if its stored outcome is still ``expected``: one approval wins, once."""
@@ -313,7 +269,7 @@ class SqliteStore:
         sql = "SELECT body FROM records"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY time DESC, rowid DESC LIMIT ?"
+        sql += f" ORDER BY time DESC, {self._SEQUENCE} DESC LIMIT ?"
         params.append(query.limit)
         return [_load(r["body"]) for r in self._query(sql, params)]
 
@@ -393,11 +349,11 @@ class SqliteStore:
 
     def actions_since(self, cluster: str, mode: str, since: float) -> int:
         rows = self._query(
-            "SELECT COUNT(*) FROM records WHERE cluster=? AND mode=? AND kind='decision' AND action != 'none'"
+            "SELECT COUNT(*) AS n FROM records WHERE cluster=? AND mode=? AND kind='decision' AND action != 'none'"
             " AND outcome != 'skipped' AND time >= ?",
             (cluster, mode, since),
         )
-        return int(rows[0][0])
+        return int(rows[0]["n"])
 
     def isolated_nodes_since(self, cluster: str, mode: str, since: float) -> set[str]:
         rows = self._query(
@@ -434,16 +390,7 @@ class SqliteStore:
     # -- health ---------------------------------------------------------------------------------
 
     def open_incident_count(self) -> int:
-        return int(self._query("SELECT COUNT(*) FROM incidents WHERE state='open'")[0][0])
-
-    def ping(self) -> None:
-        """Raises unless the store can commit a write now (a read-only or full store is not ready)."""
-        with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO meta VALUES ('ping', ?)", (str(time.time()),))
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        return int(self._query("SELECT COUNT(*) AS n FROM incidents WHERE state='open'")[0]["n"])
 
 
 def _dump(record: AuditRecord) -> str:
