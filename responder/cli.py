@@ -126,8 +126,8 @@ def _serve(args: argparse.Namespace) -> int:
     modes = {name: app.state.services.engine.mode(name) for name in settings.clusters}
     log.info(
         "trainguard responder on %s://%s:%d, store %s, default mode %s, clusters %s, webhook token %s",
-        "https" if settings.tls_certfile else "http", settings.host, settings.port, settings.store.url or settings.db_path,
-        settings.default_mode, modes or "(none configured)",
+        "https" if settings.tls_certfile else "http", settings.host, settings.port,
+        settings.store.url or settings.db_path, settings.default_mode, modes or "(none configured)",
         "required" if settings.webhook_secret() else "NOT configured",
     )  # fmt: skip
     cert, key = settings.tls_certfile, settings.tls_keyfile

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Any, Protocol
 
 from anyio import to_thread
@@ -27,7 +28,7 @@ from responder.schedulers.base import ActionRequest, ActionResult, Scheduler, Sc
 from responder.settings import Settings
 from responder.store import AuditStore
 from responder.store.config import StoreSettings
-from responder.supervisor import LoopHealth
+from responder.supervisor import LoopHealth, retry
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,9 @@ class Leadership:
             "trainguard_responder_leader", "1 while this replica holds the decision lease (decides and acts)",
             registry=registry,
         )  # fmt: skip
-        self._term = Gauge("trainguard_responder_lease_term", "The lease term this replica last held", registry=registry)
+        self._term = Gauge(
+            "trainguard_responder_lease_term", "The lease term this replica last held", registry=registry
+        )
         self._changes = Counter(
             "trainguard_responder_leader_changes_total", "Times this replica took or lost the lease", registry=registry
         )
@@ -85,17 +88,14 @@ class Leadership:
         }
 
 
-async def lead(leadership: Leadership, health: LoopHealth, run: Callable[[], Awaitable[None]]) -> None:
+async def lead(leadership: Leadership, health: LoopHealth, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Follow until the lease is granted, lead (``run``) while it is renewed; repeat until cancelled."""
     lease, settings = leadership.lease, leadership.lease.settings
     try:
         while True:
-            try:
-                term = await to_thread.run_sync(lease.try_acquire)
-            except Exception as exc:  # PostgreSQL out of reach: a follower, and the loop's health says why
-                await asyncio.sleep(health.failed(exc))
-                continue
-            health.succeeded()  # a follower's pass is a successful look at the lease
+            # PostgreSQL out of reach: a follower still, logged, counted and retried with backoff; a
+            # follower's pass is a successful look at the lease (the loop's health, /healthz).
+            term = await retry(health, "taking the decision lease", partial(to_thread.run_sync, lease.try_acquire))
             if term is None:
                 await asyncio.sleep(settings.poll_s)
                 continue
@@ -106,7 +106,7 @@ async def lead(leadership: Leadership, health: LoopHealth, run: Callable[[], Awa
         await to_thread.run_sync(lease.close)
 
 
-async def _lead_while_renewed(leadership: Leadership, run: Callable[[], Awaitable[None]]) -> None:
+async def _lead_while_renewed(leadership: Leadership, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
     lease, settings = leadership.lease, leadership.lease.settings
     loop = asyncio.create_task(run(), name="trainguard-decisions")
     try:

@@ -42,12 +42,12 @@ def test_leader_killed_between_pending_and_outcome_acts_once_and_loses_no_alert(
             first = ha.incident_alerts("1001")
             ha.post_alerts(peers, first)
             # The leader decided (pending) and acted; it is inside the adapter's verification now.
-            wait_until(lambda: rs.actions(), 30, what="the leader's action in the journal")
+            wait_until(rs.actions, 30, what="the leader's action in the journal")
             [(_, outcome)] = [(d["id"], d["outcome"]) for d in rs.decisions("1001")]
             assert outcome == "pending"
             killed_at = rs.kill(leader)
 
-            second = ha.incident_alerts("1002")
+            second = ha.incident_alerts("1002", bad_host="gpu-001")  # not gpu-002 again: no drain
             ha.post_alerts(peers, second)  # an incident that arrives while the leader is gone
             row = rs.wait_term_after(term)
             takeover_s = row["acquired_at"] - killed_at

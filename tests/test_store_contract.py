@@ -54,7 +54,8 @@ def _fresh_database(server: Any) -> str:
     name = f"contract_{next(_databases)}"
     with psycopg.connect(server.url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}".encode())
-    return server.url.rsplit("/", 1)[0] + f"/{name}"
+    url: str = server.url
+    return url.rsplit("/", 1)[0] + f"/{name}"
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -117,13 +118,16 @@ def test_decisions_are_written_once_and_read_back_newest_first(open_store: Calla
     assert all(r.outcome == Outcome.PENDING for r in records)
     assert [r.workload for r in store.pending_records()] == ["1", "2"]
     incident = store.incident(records[0].incident_id or "")
-    assert incident is not None and incident.state == "decided"
+    assert incident is not None
+    assert incident.state == "decided"
     assert store.decide(incident, [], {}, clock.now()) is False  # never decided twice
     assert [r.workload for r in store.records(RecordQuery(kind="decision"))] == ["2", "1"]
     assert [r.workload for r in store.records(RecordQuery(kind="decision", workload="1"))] == ["1"]
     done = engine.act(records[0])
     assert done.outcome == Outcome.DONE
-    assert store.record(done.id) is not None and store.record(done.id).outcome == Outcome.DONE  # type: ignore[union-attr]
+    stored = store.record(done.id)
+    assert stored is not None
+    assert stored.outcome == Outcome.DONE
     assert [r.workload for r in store.pending_records()] == ["2"]
     assert store.update_outcome_if(records[1], expected=Outcome.AWAITING) is False
     assert store.workload_nodes("lab", "1") == {"gpu-002"}
@@ -204,7 +208,8 @@ def test_lease_is_held_by_one_and_taken_over_with_a_new_term(pg_url: str) -> Non
         assert lease_b.try_acquire() is None
         assert lease_a.renew() is True
         row = lease_b.current()
-        assert row is not None and (row["holder"], row["term"]) == ("a", 1)
+        assert row is not None
+        assert (row["holder"], row["term"]) == ("a", 1)
         lease_a.close()  # the session ends: the lock is free at once
         assert lease_b.try_acquire() == 2
         assert lease_a.renew() is False

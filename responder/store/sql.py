@@ -59,6 +59,12 @@ class SqlStore:
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         raise NotImplementedError
 
+    def ping(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
     def _fenced(self, db: Connection) -> bool:
         """Whether this process may still move a ``pending`` record on (a deposed leader may not)."""
         return True
@@ -238,7 +244,9 @@ class SqlStore:
         """Write ``record``'s outcome; a ``pending`` one only while this process holds the fence."""
         with self._tx() as db:
             if self._fenced(db):
-                db.execute("UPDATE records SET outcome=?, body=? WHERE id=?", (record.outcome, _dump(record), record.id))
+                db.execute(
+                    "UPDATE records SET outcome=?, body=? WHERE id=?", (record.outcome, _dump(record), record.id)
+                )
             else:
                 db.execute("UPDATE records SET outcome=?, body=? WHERE id=? AND outcome != 'pending'",
                            (record.outcome, _dump(record), record.id))  # fmt: skip

@@ -26,6 +26,7 @@ import yaml
 from psycopg.rows import dict_row
 
 from trainguard.lab.common import free_port, poll
+from trainguard.lab.payloads import nccl_storm_with_xid
 from trainguard.lab.postgres import Postgres, start_postgres
 from trainguard.lab.server import ServerProcess
 from trainguard.lab.stack import Service, _spawn
@@ -187,11 +188,11 @@ def post_alerts(peers: list[Service], alerts: list[dict[str, Any]]) -> None:
         httpx.post(f"{am.url}/api/v2/alerts", json=body, timeout=5).raise_for_status()
 
 
-def incident_alerts(workload: str, hosts: int = 2, ranks_per_host: int = 2) -> list[dict[str, Any]]:
-    """A node fault in ``workload`` (attempt 0): NCCL timeouts on every rank and an XID 79 on the last host."""
-    from trainguard.lab.payloads import nccl_storm_with_xid  # noqa: PLC0415
-
-    storm = nccl_storm_with_xid(ranks_per_host, hosts, bad_host=f"gpu-{hosts:03d}", workload=workload)
+def incident_alerts(
+    workload: str, bad_host: str = "gpu-002", hosts: int = 2, ranks_per_host: int = 2
+) -> list[dict[str, Any]]:
+    """A node fault in ``workload`` (attempt 0): NCCL timeouts on every rank and an XID 79 on ``bad_host``."""
+    storm = nccl_storm_with_xid(ranks_per_host, hosts, bad_host=bad_host, workload=workload)
     alerts: list[dict[str, Any]] = storm["alerts"]
     assert all(a["labels"]["cluster"] == CLUSTER for a in alerts)
     return alerts
