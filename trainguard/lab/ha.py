@@ -41,6 +41,7 @@ class ReplicaSet:
     verify_s: float = 3.0
     lease: dict[str, float] = field(default_factory=lambda: {"lease_s": 6.0, "renew_s": 1.0, "poll_s": 0.2})
     replicas: dict[str, ServerProcess] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # more settings (bench: a breaker that never trips)
 
     @property
     def journal(self) -> Path:
@@ -53,6 +54,7 @@ class ReplicaSet:
             "correlation_window_s": 1.0,
             "clusters": {CLUSTER: {"mode": "act", "scheduler": scheduler}},
             "store": {"url": self.pg.url, **self.lease},
+            **self.extra,
         }
         path.write_text(yaml.safe_dump(config))
         return path
@@ -128,11 +130,13 @@ class ReplicaSet:
 
 
 @contextmanager
-def replica_set(workdir: Path, replicas: int = 2, verify_s: float = 3.0) -> Iterator[ReplicaSet]:
+def replica_set(
+    workdir: Path, replicas: int = 2, verify_s: float = 3.0, extra: dict[str, Any] | None = None
+) -> Iterator[ReplicaSet]:
     """A PostgreSQL and ``replicas`` responders on it, all stopped (and the database deleted) at the end."""
     workdir.mkdir(parents=True, exist_ok=True)
     pg = start_postgres()
-    rs = ReplicaSet(pg, workdir, verify_s)
+    rs = ReplicaSet(pg, workdir, verify_s, extra=extra or {})
     try:
         for i in range(replicas):
             rs.start(f"r{i + 1}")
