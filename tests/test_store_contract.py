@@ -16,13 +16,15 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from responder import lease
 from responder.alerts import Notification
 from responder.clock import FakeClock
 from responder.engine import Engine
+from responder.errors import ConfigError
 from responder.metrics import ResponderMetrics
 from responder.model import AuditRecord, Outcome
 from responder.schedulers.recording import RecordingScheduler
-from responder.settings import Settings
+from responder.settings import Settings, load_settings
 from responder.store import RecordQuery
 from responder.store.config import StoreSettings
 from responder.store.sql import SqlStore
@@ -275,3 +277,31 @@ def test_alerts_of_a_notification_sent_to_both_replicas_are_stored_once(pg_url: 
     finally:
         for store in stores:
             store.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "extra", "message"),
+    [
+        ("mysql://db/trainguard", {}, r"store\.url: .*postgresql://"),
+        ("postgresql://tg:secret@db/trainguard", {}, r"store\.url: .*must not hold a password"),
+        ("postgresql://tg@db", {}, r"store\.url: .*name the database"),
+        ("postgresql://tg@db/trainguard", {"TRAINGUARD_STORE__RENEW_S": "5"}, r"store: .*renew_s \(5\)"),
+    ],
+)
+def test_store_settings_are_validated_with_the_key_named(
+    monkeypatch: pytest.MonkeyPatch, url: str, extra: dict[str, str], message: str
+) -> None:
+    monkeypatch.setenv("TRAINGUARD_STORE__URL", url)
+    for key, value in extra.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError, match=message):
+        load_settings()
+
+
+def test_without_a_store_url_the_store_is_sqlite_and_there_is_no_lease(tmp_path: Path) -> None:
+    store, no_lease = lease.open_store(Settings(db_path=tmp_path / "tg.db"))
+    try:
+        assert isinstance(store, SqliteStore)
+        assert no_lease is None
+    finally:
+        store.close()
