@@ -256,6 +256,9 @@ def test_a_deposed_leader_cannot_decide_claim_or_finish(pg_url: str) -> None:
         [resumed] = _engine(new, clock, mode="act").resume_pending()
         assert resumed.outcome == Outcome.DONE
         assert new.record(pending.id).outcome == Outcome.DONE  # type: ignore[union-attr]
+        # Late, the old leader's adapter call fails: its outcome does not replace the new leader's.
+        old.update_outcome(pending)
+        assert new.record(pending.id).outcome == Outcome.DONE  # type: ignore[union-attr]
     finally:
         old_lease.close()
         new_lease.close()

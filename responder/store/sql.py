@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from pydantic_core import to_json
 
 from responder.alerts import ClassifiedAlert, Notification
-from responder.model import AuditRecord, Incident, StoredAlert, new_id
+from responder.model import AuditRecord, Incident, Outcome, StoredAlert, new_id
 from responder.store import IngestResult, RecordQuery
 
 _RECORD_FIELDS = tuple(f.name for f in fields(AuditRecord))
@@ -241,15 +241,16 @@ class SqlStore:
             self._insert_record(db, record)
 
     def update_outcome(self, record: AuditRecord) -> None:
-        """Write ``record``'s outcome; a ``pending`` one only while this process holds the fence."""
+        """Write ``record``'s outcome. Without the fence (a follower, a deposed leader) only what annotates
+        a record (its silence) may change: never its outcome, and nothing on a ``pending`` record."""
         with self._tx() as db:
             if self._fenced(db):
                 db.execute(
                     "UPDATE records SET outcome=?, body=? WHERE id=?", (record.outcome, _dump(record), record.id)
                 )
-            else:
-                db.execute("UPDATE records SET outcome=?, body=? WHERE id=? AND outcome != 'pending'",
-                           (record.outcome, _dump(record), record.id))  # fmt: skip
+            elif record.outcome != Outcome.PENDING:
+                db.execute("UPDATE records SET body=? WHERE id=? AND outcome=?",
+                           (_dump(record), record.id, record.outcome))  # fmt: skip
 
     def update_outcome_if(self, record: AuditRecord, expected: str) -> bool:
         """Write ``record`` only if its stored outcome is still ``expected``: one approval wins, once."""

@@ -84,11 +84,16 @@ class ReplicaSet:
 
         return poll(one, timeout, "one leader among the replicas")
 
-    def kill(self, name: str) -> float:
-        """SIGKILL replica ``name``; the time just before the signal."""
+    def kill(self, name: str, sig: signal.Signals = signal.SIGKILL) -> float:
+        """Send ``sig`` to replica ``name`` (SIGKILL: and reap it); the time just before the signal.
+
+        SIGSTOP stands for a hung leader (a stalled VM, a long GC pause): alive, holding its session,
+        silent; SIGCONT wakes it up, deposed.
+        """
         at = time.time()
-        self.replicas[name].proc.send_signal(signal.SIGKILL)
-        self.replicas[name].proc.wait(10)
+        self.replicas[name].proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            self.replicas[name].proc.wait(10)
         return at
 
     def stop(self) -> None:
