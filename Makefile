@@ -72,6 +72,7 @@ bench: install-lab  ## all benchmarks; JSON and reports under bench/results/ (ab
 	$(BIN)/python bench/detection.py --trials 20
 	$(BIN)/python bench/lab.py --trials 3
 	$(BIN)/python -m bench.ha --trials 10
+	$(BIN)/python -m bench.ha --signal stop --trials 3
 
 bench-quick: install-lab  ## one lab trial per fault class plus two healthy runs (under 10 minutes)
 	$(BIN)/python bench/lab.py --quick

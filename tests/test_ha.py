@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.services import require_binary, unavailable, wait_until
@@ -53,6 +54,8 @@ def test_leader_killed_between_pending_and_outcome_acts_once_and_loses_no_alert(
             takeover_s = row["acquired_at"] - killed_at
             survivor = rs.wait_leader()
             assert survivor != leader
+            metrics = httpx.get(f"{rs.url(survivor)}/metrics", timeout=5).text
+            assert "trainguard_responder_leader 1.0" in metrics
 
             def outcomes(workload: str) -> list[str]:
                 return [d["outcome"] for d in rs.decisions(workload)]

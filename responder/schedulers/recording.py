@@ -71,7 +71,7 @@ class RecordingScheduler:
         with journal.with_name(journal.name + ".lock").open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one writer at a time across processes
             _append(journal.with_name(journal.name + ".asked"), {"key": key, "time": time.time()})
-            done = journal.exists() and any(json.loads(line)["key"] == key for line in journal.open())
+            done = journal.exists() and any(json.loads(line)["key"] == key for line in journal.read_text().splitlines())
             if not done:
                 _append(journal, {"key": key, "incident_id": request.incident_id, "time": time.time(),
                                   "pid": os.getpid()})  # fmt: skip
