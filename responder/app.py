@@ -110,7 +110,8 @@ async def _running(svc: Services) -> AsyncIterator[None]:
     """The decision loop (and the Loki mirror) for the app's lifetime; in-flight actions finish at exit."""
     if svc.mirror is not None:
         await run_in_threadpool(svc.mirror.start)
-    run = svc.engine.run if svc.leadership is None else partial(lead, svc.leadership, svc.engine.health, svc.engine.run)
+    engine, leadership = svc.engine, svc.leadership
+    run = engine.run if leadership is None else partial(lead, leadership, engine.health, engine.run, engine.submit)
     svc.loop_task = asyncio.create_task(run(), name="trainguard-decisions")
     pruning = asyncio.create_task(retention_loop(svc), name="trainguard-retention")
     try:

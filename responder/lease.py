@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ from anyio import to_thread
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from responder.clock import Clock
+from responder.model import AuditRecord
 from responder.schedulers.base import ActionRequest, ActionResult, Scheduler, SchedulerError, WorkloadObservation
 from responder.settings import Settings
 from responder.store import AuditStore
@@ -31,6 +33,9 @@ from responder.store.config import StoreSettings
 from responder.supervisor import LoopHealth, retry
 
 log = logging.getLogger(__name__)
+
+ORPHAN_CHECK_S = 5.0  # how often the leader looks for pending records no action of its term claimed
+ORPHAN_AGE_S = 30.0  # ... that are at least this old (its own are claimed within moments)
 
 
 class Lease(Protocol):
@@ -40,6 +45,7 @@ class Lease(Protocol):
     def try_acquire(self) -> int | None: ...
     def renew(self) -> bool: ...
     def claim(self, key: str) -> bool: ...
+    def orphans(self, before: float) -> list[AuditRecord]: ...
     def current(self) -> dict[str, Any] | None: ...
     def close(self) -> None: ...
 
@@ -88,8 +94,18 @@ class Leadership:
         }
 
 
-async def lead(leadership: Leadership, health: LoopHealth, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    """Follow until the lease is granted, lead (``run``) while it is renewed; repeat until cancelled."""
+async def lead(
+    leadership: Leadership,
+    health: LoopHealth,
+    run: Callable[[], Coroutine[Any, Any, None]],
+    submit: Callable[[AuditRecord], None],
+) -> None:
+    """Follow until the lease is granted, lead (``run``) while it is renewed; repeat until cancelled.
+
+    While leading, ``pending`` records that no action of this term claimed for ``ORPHAN_AGE_S`` (an
+    approval answered on a follower) are handed to ``submit``; the adapters' idempotency per attempt
+    makes a rare second call for one the loop had queued harmless.
+    """
     lease, settings = leadership.lease, leadership.lease.settings
     try:
         while True:
@@ -100,22 +116,30 @@ async def lead(leadership: Leadership, health: LoopHealth, run: Callable[[], Cor
                 await asyncio.sleep(settings.poll_s)
                 continue
             leadership.became("leader", term)
-            await _lead_while_renewed(leadership, run)
+            await _lead_while_renewed(leadership, run, submit)
             leadership.became("follower")
     finally:
         await to_thread.run_sync(lease.close)
 
 
-async def _lead_while_renewed(leadership: Leadership, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
+async def _lead_while_renewed(
+    leadership: Leadership, run: Callable[[], Coroutine[Any, Any, None]], submit: Callable[[AuditRecord], None]
+) -> None:
     lease, settings = leadership.lease, leadership.lease.settings
     loop = asyncio.create_task(run(), name="trainguard-decisions")
+    checked = leadership.clock.now()
     try:
         while not loop.done():
             await asyncio.sleep(settings.renew_s)
             if not await to_thread.run_sync(lease.renew):
                 log.error("decision lease: renewal failed; stepping down")
                 return
-            leadership.last_renewed = leadership.clock.now()
+            now = leadership.last_renewed = leadership.clock.now()
+            if now - checked >= ORPHAN_CHECK_S:
+                checked = now
+                for record in await to_thread.run_sync(lease.orphans, time.time() - ORPHAN_AGE_S):
+                    log.warning("decision lease: carrying out %s, made pending on another replica", record.id)
+                    submit(record)
     finally:
         loop.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):

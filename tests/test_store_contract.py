@@ -240,6 +240,11 @@ def test_a_deposed_leader_cannot_decide_claim_or_finish(pg_url: str) -> None:
         clock.advance(2)
         first = engine.decide(old.due_incidents(clock.now())[0])
         [pending] = first
+        # Not yet claimed: an orphan to the leader (as an approval answered on a follower would be).
+        assert [r.id for r in old.unclaimed_pending(clock.now() + 1)] == [pending.id]
+        assert old.unclaimed_pending(clock.now() - 1) == []
+        assert old_lease.claim(f"{pending.incident_id}/{pending.action}/") is True
+        assert old.unclaimed_pending(clock.now() + 1) == []
         assert old_lease.claim("k1") is True
         old_lease.close()
         assert new_lease.try_acquire() == 2

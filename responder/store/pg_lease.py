@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from responder.model import AuditRecord
 from responder.store.config import StoreSettings
 from responder.store.postgres import LEASE_NAME, PostgresStore
 
@@ -93,6 +94,9 @@ class PostgresLease:
 
     def claim(self, key: str) -> bool:
         return self.store.claim_action(key, self.holder)
+
+    def orphans(self, before: float) -> list[AuditRecord]:
+        return self.store.unclaimed_pending(before)
 
     def current(self) -> dict[str, Any] | None:
         return self.store.leader()

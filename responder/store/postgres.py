@@ -23,8 +23,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from responder.model import AuditRecord
 from responder.store.schema import SCHEMA, SCHEMA_VERSION
-from responder.store.sql import Connection, Cursor, SqlStore
+from responder.store.sql import Connection, Cursor, SqlStore, load_record
 
 LEASE_NAME = "decisions"
 # Serializes schema creation when replicas start together (CREATE ... IF NOT EXISTS races in PostgreSQL).
@@ -155,6 +156,17 @@ class PostgresStore(SqlStore):
                 (key, self.fence_term or 0, holder, time.time()),
             ).fetchone()
             return row is not None
+
+    def unclaimed_pending(self, before: float) -> list[AuditRecord]:
+        """``pending`` records from before ``before`` that no action of this term has claimed: those made
+        ``pending`` on another replica (an approval answered on a follower), for the leader to carry out."""
+        rows = self._query(
+            "SELECT body FROM records r WHERE r.outcome='pending' AND r.time < ? AND NOT EXISTS ("
+            "SELECT 1 FROM action_claims c WHERE c.term = ?"
+            " AND c.key = COALESCE(r.incident_id, r.id) || '/' || r.action || '/' || r.node) ORDER BY r.time",
+            (before, self.fence_term or 0),
+        )
+        return [load_record(r["body"]) for r in rows]
 
     def leader(self) -> dict[str, Any] | None:
         """The ``leader`` row as every replica sees it (holder, term, times), if any."""

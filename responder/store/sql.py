@@ -263,7 +263,7 @@ class SqlStore:
 
     def pending_records(self) -> list[AuditRecord]:
         rows = self._query("SELECT body FROM records WHERE outcome='pending' ORDER BY time")
-        return [_load(r["body"]) for r in rows]
+        return [load_record(r["body"]) for r in rows]
 
     def records(self, query: RecordQuery) -> list[AuditRecord]:
         where, params = [], []
@@ -280,11 +280,11 @@ class SqlStore:
             sql += " WHERE " + " AND ".join(where)
         sql += f" ORDER BY time DESC, {self._SEQUENCE} DESC LIMIT ?"
         params.append(query.limit)
-        return [_load(r["body"]) for r in self._query(sql, params)]
+        return [load_record(r["body"]) for r in self._query(sql, params)]
 
     def record(self, record_id: str) -> AuditRecord | None:
         rows = self._query("SELECT body FROM records WHERE id=?", (record_id,))
-        return _load(rows[0]["body"]) if rows else None
+        return load_record(rows[0]["body"]) if rows else None
 
     # -- modes and reviews ----------------------------------------------------------------------
 
@@ -322,7 +322,7 @@ class SqlStore:
         )
         tally: dict[str, list[int]] = {}
         for row in rows:
-            record = _load(row["body"])
+            record = load_record(row["body"])
             for pattern in set(record.patterns):
                 counts = tally.setdefault(pattern, [0, 0])
                 counts[0] += 1
@@ -372,7 +372,7 @@ class SqlStore:
         )
         nodes: set[str] = set()
         for row in rows:
-            record = _load(row["body"])
+            record = load_record(row["body"])
             nodes.update(record.excluded_nodes)
             if record.node:
                 nodes.add(record.node)
@@ -406,5 +406,5 @@ def _dump(record: AuditRecord) -> str:
     return json.dumps({name: getattr(record, name) for name in _RECORD_FIELDS}, sort_keys=True)
 
 
-def _load(body: str) -> AuditRecord:
+def load_record(body: str) -> AuditRecord:
     return AuditRecord.from_row(json.loads(body))
