@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 # Debian packages the lab and the real-service tests need (installed by `make install-lab` as root).
-LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge ripgrep systemd victoria-metrics
+LAB_PACKAGES := prometheus prometheus-alertmanager slurm-wlm munge ripgrep systemd victoria-metrics postgresql
 # Where pip finds torch for the lab. Empty: your pip index (PyPI's Linux wheel is the CUDA build, about
 # 2.5 GB with its nvidia-* wheels). The lab needs only the CPU build:
 #   make install-lab TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -41,7 +41,7 @@ test: install  ## every test; real-service tests skip (with the reason) where a 
 	$(BIN)/pytest
 
 test-fast: install  ## unit tests only, no real services
-	$(BIN)/pytest -m 'not prometheus and not slurm and not e2e'
+	$(BIN)/pytest -m 'not prometheus and not postgres and not slurm and not e2e'
 
 lint: install  ## ruff (banned-api: no subprocess/kubernetes outside responder/schedulers/), mypy --strict, structure, promtool and amtool checks
 	$(BIN)/ruff check .
@@ -71,6 +71,8 @@ bench: install-lab  ## all benchmarks; JSON and reports under bench/results/ (ab
 	$(BIN)/python bench/slurm_action.py --trials 10
 	$(BIN)/python bench/detection.py --trials 20
 	$(BIN)/python bench/lab.py --trials 3
+	$(BIN)/python -m bench.ha --trials 10
+	$(BIN)/python -m bench.ha --signal stop --trials 3
 
 bench-quick: install-lab  ## one lab trial per fault class plus two healthy runs (under 10 minutes)
 	$(BIN)/python bench/lab.py --quick

@@ -206,6 +206,8 @@ async def healthz(request: Request) -> Response:
     """Alive, and the decision loop is passing: 503 once it has stalled or ended (docs/operations.md)."""
     svc = services(request)
     loop = svc.engine.health.status()
+    if svc.leadership is not None:
+        loop["lease"] = svc.leadership.status()
     if svc.loop_task is not None and svc.loop_task.done():
         return JSONResponse({"status": "decision loop ended", "loop": loop}, status_code=503)
     if loop["stalled_for_s"]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from functools import partial
 
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
@@ -34,6 +35,7 @@ from responder.enrichment import PrometheusEnricher
 from responder.errors import ResponderError
 from responder.guard import Guard
 from responder.housekeeping import retention_loop
+from responder.lease import FencedScheduler, Leadership, Lease, lead
 from responder.loki import LokiMirror
 from responder.metrics import ResponderMetrics
 from responder.model import Mode
@@ -51,16 +53,24 @@ def create_app(
     clock: Clock,
     registry: CollectorRegistry | None = None,
     enricher: Enricher | None = None,
+    lease: Lease | None = None,
 ) -> Starlette:
-    """The responder as an ASGI app. Nothing global: every dependency is an argument."""
+    """The responder as an ASGI app. Nothing global: every dependency is an argument.
+
+    With a ``lease`` (a store shared by replicas) the decision loop runs only while this replica holds it.
+    """
     registry = registry or CollectorRegistry()
     metrics = ResponderMetrics(registry)
+    if lease is not None:
+        scheduler = FencedScheduler(scheduler, lease)
     if enricher is None and settings.prometheus_url:
         enricher = PrometheusEnricher(settings.prometheus_url, settings.prometheus_timeout_s)
     engine = Engine(settings, store, scheduler, clock, metrics, enricher)
     svc = Services(
         settings, store, engine, clock, metrics, registry, settings.webhook_secret(), settings.operator_secret()
     )
+    if lease is not None:
+        svc.leadership = Leadership(lease, clock, registry)
     if settings.loki is not None:
         spool = settings.db_path.with_name(settings.db_path.name + ".loki-spool")
         svc.mirror = LokiMirror(settings.loki, spool, registry)
@@ -111,7 +121,9 @@ async def _running(svc: Services) -> AsyncIterator[None]:
     """The decision loop (and the Loki mirror) for the app's lifetime; in-flight actions finish at exit."""
     if svc.mirror is not None:
         await run_in_threadpool(svc.mirror.start)
-    svc.loop_task = asyncio.create_task(svc.engine.run(), name="trainguard-decisions")
+    engine, leadership = svc.engine, svc.leadership
+    run = engine.run if leadership is None else partial(lead, leadership, engine.health, engine.run, engine.submit)
+    svc.loop_task = asyncio.create_task(run(), name="trainguard-decisions")
     pruning = asyncio.create_task(retention_loop(svc), name="trainguard-retention")
     try:
         yield

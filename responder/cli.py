@@ -105,9 +105,9 @@ def _serve(args: argparse.Namespace) -> int:
     from responder.app import create_app  # noqa: PLC0415
     from responder.clock import SystemClock  # noqa: PLC0415
     from responder.guardrails import act_without_scheduler  # noqa: PLC0415
+    from responder.lease import open_store  # noqa: PLC0415
     from responder.schedulers.router import build_schedulers  # noqa: PLC0415
     from responder.settings import load_settings  # noqa: PLC0415
-    from responder.store.sqlite import SqliteStore  # noqa: PLC0415
 
     try:
         settings = load_settings(args.config, host=args.host, port=args.port, db_path=args.db, log_level=args.log_level)
@@ -125,13 +125,13 @@ def _serve(args: argparse.Namespace) -> int:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     log = logging.getLogger("trainguard")
-    store = SqliteStore(settings.db_path, settings.store_busy_timeout_s)
-    app = create_app(settings, store, scheduler, SystemClock(), registry=registry)
+    store, lease = open_store(settings)
+    app = create_app(settings, store, scheduler, SystemClock(), registry=registry, lease=lease)
     modes = {name: app.state.services.engine.mode(name) for name in settings.clusters}
     log.info(
         "trainguard responder on %s://%s:%d, store %s, default mode %s, clusters %s, webhook token %s",
-        "https" if settings.tls_certfile else "http", settings.host, settings.port, settings.db_path,
-        settings.default_mode, modes or "(none configured)",
+        "https" if settings.tls_certfile else "http", settings.host, settings.port,
+        settings.store.url or settings.db_path, settings.default_mode, modes or "(none configured)",
         "required" if settings.webhook_secret() else "NOT configured",
     )  # fmt: skip
     cert, key = settings.tls_certfile, settings.tls_keyfile

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 async def retention_loop(svc: Services) -> None:
     settings = svc.settings.retention
-    if not settings.enabled or str(svc.settings.db_path) == ":memory:":
+    if not settings.enabled or str(svc.settings.db_path) == ":memory:" or svc.settings.store.url is not None:
         return
     while True:
         try:

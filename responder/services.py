@@ -12,6 +12,7 @@ from starlette.requests import Request
 
 from responder.clock import Clock
 from responder.engine import Engine
+from responder.lease import Leadership
 from responder.loki import LokiMirror
 from responder.metrics import ResponderMetrics
 from responder.settings import Settings
@@ -32,6 +33,7 @@ class Services:
     operator_token: str | None
     mirror: LokiMirror | None = None
     loop_task: asyncio.Task[None] | None = None
+    leadership: Leadership | None = None  # with a shared store: this replica's side of the lease
     # The console's CSRF token: derived from a per-process secret, so a page of another origin cannot know it.
     csrf: str = field(
         default_factory=lambda: hmac.new(secrets.token_bytes(32), b"trainguard-console-mode", "sha256").hexdigest()

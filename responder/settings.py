@@ -26,6 +26,7 @@ from responder.model import Mode
 from responder.node_groups import NodeGroups
 from responder.policy import PolicySettings
 from responder.schedulers.router import SchedulerSettings
+from responder.store.config import StoreSettings
 from responder.store.retention import RetentionSettings
 from trainguard.identity import IdentityError, validate_cluster
 
@@ -54,6 +55,7 @@ class Settings(BaseSettings):
     tls_certfile: Path | None = Field(None, description="PEM certificate: serve HTTPS (uvicorn's own TLS)")
     tls_keyfile: Path | None = Field(None, description="PEM private key for tls_certfile")
     db_path: Path = Field(Path("trainguard.db"), description="SQLite audit store (WAL)")
+    store: StoreSettings = Field(default_factory=StoreSettings, description="store.url: PostgreSQL for replicas")
     webhook_token: SecretStr | None = Field(None, description="bearer token Alertmanager must send")
     webhook_token_file: Path | None = Field(None, description="file holding the webhook token")
     operator_token: SecretStr | None = Field(None, description="token for mode changes and reviews")

@@ -65,7 +65,7 @@ def build_schedulers(
         if config is None:
             continue
         if isinstance(config, RecordingSettings):
-            adapters[name] = RecordingScheduler(outcome="done")
+            adapters[name] = RecordingScheduler(outcome="done", journal=config.journal, verify_s=config.verify_s)
             continue
         if config.cluster is None:
             config = config.model_copy(update={"cluster": name})  # noqa: PLW2901 - the named copy
