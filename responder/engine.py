@@ -21,11 +21,10 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
-from datetime import datetime
 
 from anyio import to_thread
 
-from responder import approval, breaker, experiments, goodput, isolation
+from responder import acting, approval, breaker, experiments, goodput, isolation
 from responder.alerts import ClassifiedAlert, Notification, classify
 from responder.attribution import Context, Enricher, NoEnrichment, Verdict, attribute, checkpoint_step
 from responder.breaker import BreakerCheck
@@ -35,7 +34,7 @@ from responder.engine_config import EngineConfig
 from responder.metrics import ResponderMetrics
 from responder.model import Action, AuditRecord, FailureClass, Incident, Kind, Mode, Outcome, StoredAlert, new_id
 from responder.policy import Plan, plan
-from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError, WorkloadState
+from responder.schedulers.base import Scheduler, SchedulerError, WorkloadState
 from responder.store import AuditStore, IngestResult, RecordQuery
 from responder.supervisor import LoopHealth, retry
 
@@ -77,6 +76,7 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._actions: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
+        self._stopping = asyncio.Event()  # set at shutdown: actions waiting to be tried again stop waiting
         # Wall-clock time, not the injected clock: a stall is real time without progress.
         self.health = LoopHealth(SystemClock(), metrics.registry, settings.loop_stall_after_s)
         self._clean_checked = 0.0  # when experiments that may have run clean were last looked at
@@ -360,29 +360,20 @@ class Engine:
     # -- act ------------------------------------------------------------------------------------
 
     def act(self, record: AuditRecord) -> AuditRecord:
-        """Carry out one ``pending`` record through the scheduler and write its outcome."""
-        request = ActionRequest(
-            action=Action(record.action),
-            cluster=record.cluster,
-            workload=record.workload,
-            incident_id=record.incident_id or record.id,
-            reason=record.reason,
-            attempt=record.attempt,
-            exclude_nodes=tuple(record.excluded_nodes),
-            node=record.node,
-        )
+        """Try one ``pending`` record through the scheduler and write its outcome, or keep it pending to
+        be tried again while its scheduler cannot be reached (``responder.acting``)."""
         try:
             # The adapter takes its own fresh look (opt-in included) and acts on it: nothing is asked twice.
-            result = self.scheduler.act(request)
+            result = self.scheduler.act(acting.request_for(record))
         except SchedulerError as exc:
             record.outcome, record.detail = Outcome.FAILED, f"scheduler: {exc}"
         else:
-            record.outcome = Outcome.DONE if result.outcome == "planned" else Outcome(result.outcome)
-            record.detail = result.detail
-            record.verified = result.verified
-            record.acted_at = _ts(result.acted_at) or self.clock.now()
-            if result.excluded_nodes or record.action == Action.REQUEUE_EXCLUDING:
-                record.excluded_nodes = list(result.excluded_nodes)
+            if acting.keep_pending(record, result, self.clock.now(), self.settings.action_retry_s):
+                self.metrics.action_retries.labels(self.label(record.cluster), record.action).inc()
+                self.store.update_outcome(record)
+                log.warning("action %s %s/%s: %s", record.action, record.cluster, record.workload, record.detail)
+                return record
+            acting.apply(record, result, self.clock.now())
         self._finish(record)
         return record
 
@@ -484,17 +475,22 @@ class Engine:
         task.add_done_callback(self._actions.discard)
 
     async def _act_async(self, record: AuditRecord) -> None:
-        async with self._slots:
-            try:
-                await to_thread.run_sync(self.act, record)
-            except Exception:
-                log.exception("action for %s failed unexpectedly; it stays pending", record.id)
+        for pause in acting.pauses():
+            async with self._slots:
+                try:
+                    record = await to_thread.run_sync(self.act, record)
+                except Exception:
+                    log.exception("action for %s failed unexpectedly; it stays pending", record.id)
+                    return
+            if record.outcome != Outcome.PENDING:
+                return
+            with contextlib.suppress(TimeoutError):  # the pause before the next try; a shutdown ends it
+                await asyncio.wait_for(self._stopping.wait(), timeout=pause)
+            if self._stopping.is_set():
+                return  # still pending: the next start resumes it
 
     async def drain(self) -> None:
-        """Wait for in-flight actions (used at shutdown and by tests)."""
+        """At shutdown: wait for the scheduler calls in flight; actions waiting to be tried again stay pending."""
+        self._stopping.set()
         if self._actions:
             await asyncio.gather(*self._actions, return_exceptions=True)
-
-
-def _ts(value: datetime | None) -> float | None:
-    return value.timestamp() if value is not None else None

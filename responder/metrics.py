@@ -39,6 +39,12 @@ class ResponderMetrics:
             ["cluster", "action"],
             registry=registry,
         )
+        self.action_retries = Counter(
+            "trainguard_responder_action_retries_total",
+            "Scheduler actions kept pending to be tried again: the scheduler could not be asked while acting",
+            ["cluster", "action"],
+            registry=registry,
+        )
         self.breaker_open = Gauge(
             "trainguard_responder_breaker_open",
             "1 while a cluster's circuit breaker is open after correlated failures",

@@ -67,6 +67,9 @@ class ActionResult:
     verified: bool = False
     acted_at: datetime | None = None
     excluded_nodes: tuple[str, ...] = ()  # what was applied, after any pruning
+    # The scheduler could not be asked or did not answer while acting: the effect is unknown, and the
+    # same request (idempotent per attempt) may be sent again later (``responder/acting.py``).
+    retry: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +138,7 @@ def act_frame(
 ) -> ActionResult:
     """What every adapter's ``act`` does around its own work: refuse a bad request before any ``unit``
     (command, request) is sent, dispatch node and workload actions, and turn a ``SchedulerError`` into a
-    failed result."""
+    failed result that may be retried (the scheduler's state is unknown, not refused)."""
     if refusal is not None:
         _log.warning("refused %s for %s: %s", request.action, request.workload, refusal)
         return ActionResult("failed", f"refused before any {unit}: {refusal}")
@@ -146,7 +149,7 @@ def act_frame(
             return ActionResult("skipped", "action none: nothing to do")
         return workload_action(request)
     except SchedulerError as exc:
-        return ActionResult("failed", f"{scheduler}: {exc}")
+        return ActionResult("failed", f"{scheduler}: {exc}", retry=True)
 
 
 def poll(
