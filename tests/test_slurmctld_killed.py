@@ -136,6 +136,8 @@ def test_slurmctld_killed_mid_incident(lab: Lab, tmp_path: Path) -> None:
         for job in jobs:
             [record] = [d for d in done if d["workload"] == job]
             assert record["excluded_nodes"] == [bad[job]]
+            acknowledged = {a["fingerprint"] for a in sent[job]["alerts"]}
+            assert {e["fingerprint"] for e in record["evidence"]} == acknowledged, "an acknowledged alert was lost"
             again_on = wait_running(lab, scheduler, job, 1, 2, 0)
             assert bad[job] not in again_on
 
