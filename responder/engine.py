@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 from collections.abc import Callable, Sequence
 
 from anyio import to_thread
@@ -76,6 +77,7 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._actions: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
+        self._sleep_until = math.inf  # when the loop's current wait ends by itself
         self._stopping = asyncio.Event()  # set at shutdown: actions waiting to be tried again stop waiting
         # Wall-clock time, not the injected clock: a stall is real time without progress.
         self.health = LoopHealth(SystemClock(), metrics.registry, settings.loop_stall_after_s)
@@ -315,7 +317,7 @@ class Engine:
             capacity = self.settings.cluster(cluster).nodes
             follow = (
                 experiments.clean_run(latest, self.store.records(query), now, settings, capacity)
-                if settings.enabled
+                if settings.enabled and experiments.may_have_run_clean(latest, now, settings)
                 else None
             )
             if follow is None or not self._still_running(cluster, workload):
@@ -436,8 +438,8 @@ class Engine:
     # -- background loop ------------------------------------------------------------------------
 
     def wake(self) -> None:
-        """Tell the loop that incidents were opened (thread-safe)."""
-        if self._loop is not None:
+        """Tell the loop incidents were opened (thread-safe), if one falls due before it wakes anyway."""
+        if self._loop is not None and self.clock.now() + self.settings.correlation_window_s < self._sleep_until:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     async def run(self) -> None:
@@ -452,6 +454,7 @@ class Engine:
         return await to_thread.run_sync(self.store.pending_records)
 
     async def _pass(self) -> None:
+        self._sleep_until = math.inf  # not waiting: any wake counts until the wait below is planned
         await to_thread.run_sync(self.expire_due)  # approve mode's waits, checked every second at most
         if self.clock.now() - self._clean_checked >= CLEAN_CHECK_S:
             self._clean_checked = self.clock.now()
@@ -461,6 +464,7 @@ class Engine:
         deadline = await to_thread.run_sync(self.store.next_deadline)
         delay = 1.0 if deadline is None else min(1.0, deadline - self.clock.now())
         if delay > 0:
+            self._sleep_until = self.clock.now() + delay
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
             self._wake.clear()

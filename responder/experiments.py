@@ -69,6 +69,16 @@ def design(
     return Experiment(Plan(action, reason, excluded), belief.blamed, section)
 
 
+def may_have_run_clean(latest: AuditRecord, now: float, settings: LocalizeSettings) -> bool:
+    """Whether ``latest`` is a restart-as-experiment that may have run clean by now. Cheap: the loop asks
+    it of every workload's newest decision before reading that workload's history for ``clean_run``."""
+    started = max(latest.acted_at or 0.0, latest.decided_at)
+    if not _section(latest).get("split") or latest.action != Action.REQUEUE_EXCLUDING:
+        return False
+    # only a restart that happened can run clean (never a planned one)
+    return latest.outcome == Outcome.DONE and now - started >= settings.clean_after_s
+
+
 def clean_run(
     latest: AuditRecord, history: Sequence[AuditRecord], now: float, settings: LocalizeSettings,
     capacity: int | None = None,
@@ -78,12 +88,10 @@ def clean_run(
     ``latest`` is the workload's newest decision. The clean run is evidence like a failure; with
     ``probe`` and no node blamed yet, the follow-up restarts at once with the next split.
     """
+    if not may_have_run_clean(latest, now, settings):
+        return None
     found = _section(latest)
     started = max(latest.acted_at or 0.0, latest.decided_at)
-    if not found.get("split") or latest.action != Action.REQUEUE_EXCLUDING or now - started < settings.clean_after_s:
-        return None
-    if latest.outcome != Outcome.DONE:  # only a restart that happened can run clean (never a planned one)
-        return None
     runs = _runs(history)
     universe = sorted({n for run, _ in runs for n in run})
     running = [n for n in universe if n not in latest.excluded_nodes]
