@@ -98,7 +98,13 @@ def test_slurmctld_killed_mid_incident(lab: Lab, tmp_path: Path) -> None:
         for job in jobs:
             ran_on = sorted(wait_running(lab, scheduler, job, 0, 2, 0))
             bad[job] = ran_on[-1]
-        time.sleep(2.0)  # slurmctld writes its job state every few seconds: let it hold the running jobs
+        # slurmctld writes its state file a few seconds after a change; the restart must find the jobs running
+        # in it, so make a change now (a job's name) and wait for the save that follows.
+        running_at = time.time()
+        lab.sh("scontrol", "update", f"JobId={jobs[-1]}", "Name=hb-saved")
+        job_state = lab.dir / "state" / "job_state"
+        wait_until(lambda: job_state.exists() and job_state.stat().st_mtime > running_at, 30, 0.2,
+                   "slurmctld to save the running jobs")  # fmt: skip
         sent = {job: fault(job, sorted(scheduler.observe("lab", job).nodes), bad[job]) for job in jobs}
         for job in jobs:
             answer = httpx.post(f"{server.url}/v1/alerts", json=sent[job], timeout=10)
