@@ -6,7 +6,7 @@ available) so the senders in this process do not take its CPU. Senders post dist
 notifications, each opening one incident, for a fixed time. Meanwhile the server's own ``/metrics``
 is read once after a warm-up and once when the senders stop. The difference gives incidents opened
 and incidents decided per second over the same interval, and whether the backlog of undecided
-incidents grew. Then the time until that backlog is empty is measured.
+incidents grew. Then the time until that backlog is empty is measured, to within 0.25 s.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ async def sustained(url: str, seconds: float, concurrency: int, window_s: float 
         elapsed = time.perf_counter() - start
         drained = last
         while drained.undecided > 0 and drained.at - last.at < 120:
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.25)  # each /metrics read refreshes gauges from the store: not too often
             drained = await sample(client)
     span = last.at - first.at
     opened_per_s = (last.opened - first.opened) / span
@@ -143,10 +143,9 @@ async def sustained(url: str, seconds: float, concurrency: int, window_s: float 
             "decision_latency_mean_s": round(
                 (drained.latency_sum - first.latency_sum) / decided_latency if decided_latency else 0.0, 3
             ),
-            # Keeping up: the undecided backlog stays within what arrives in about one window plus a second
-            # (it does not grow), and it empties within a window plus two seconds once the senders stop.
-            "decisions_keep_up": last.undecided <= opened_per_s * (window_s + 1.0)
-            and drained.at - last.at <= window_s + 2.0,
+            # Keeping up: over the interval the undecided backlog (what is inside its window, plus any queue)
+            # grew by less than half a second of arrivals. A loop slower than ingest grows it without bound.
+            "decisions_keep_up": last.undecided - first.undecided <= 0.5 * opened_per_s,
         },
     }
 
