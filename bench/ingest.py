@@ -6,7 +6,9 @@ from this process over loopback. Writes bench/results/ingest.json.
   big notification: 8 ranks on each of 1,250 hosts report NCCL timeouts, one host an XID 79: time
       to a 200 answer (stored durably) and to the single decision excluding that host;
   sustained: distinct small notifications (8 alerts each, new workloads) from concurrent senders
-      for a fixed time: notifications and alerts stored per second.
+      for a fixed time: notifications and alerts stored per second, and side by side, incidents
+      opened and decided per second by the server's decision loop running meanwhile
+      (``trainguard.lab.load``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,31 +28,10 @@ from typing import Any
 
 import httpx
 
-from trainguard.lab.common import free_port
-from trainguard.lab.payloads import alert, nccl_storm_with_xid, notification
+from trainguard.lab.load import start_server, summary, sustained
+from trainguard.lab.payloads import nccl_storm_with_xid
 
 ROOT = Path(__file__).resolve().parent.parent
-
-TRAINGUARD = str(Path(sys.executable).parent / "trainguard")
-
-
-def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    argv = [TRAINGUARD, "serve", "--port", str(port), "--db", str(db), "--log-level", "warning"]
-    if shutil.which("taskset"):
-        argv = ["taskset", "-c", "0", *argv]
-    env = {**os.environ, "TRAINGUARD_BREAKER__CORRELATED_WORKLOADS": "1000000"}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("trainguard serve did not become ready")
 
 
 def big_notification(url: str, trials: int) -> dict[str, Any]:
@@ -98,47 +77,6 @@ def big_notification(url: str, trials: int) -> dict[str, Any]:
     }
 
 
-async def sustained(url: str, seconds: float, concurrency: int) -> dict[str, Any]:
-    sent = 0
-    latencies: list[float] = []
-    stop = time.perf_counter() + seconds
-
-    async def sender(worker: int, client: httpx.AsyncClient) -> None:
-        nonlocal sent
-        n = 0
-        while time.perf_counter() < stop:
-            workload = str(100000 + worker * 1_000_000 + n)
-            alerts = [alert("TrainguardCollectiveTimeout", "collective_timeout", workload=workload, host=f"h{r}",
-                            rank=str(r), pattern="nccl_watchdog_timeout") for r in range(8)]  # fmt: skip
-            t0 = time.perf_counter()
-            response = await client.post("/v1/alerts", json=notification(alerts))
-            latencies.append(time.perf_counter() - t0)
-            assert response.status_code == 200
-            sent += 1
-            n += 1
-
-    start = time.perf_counter()
-    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-        await asyncio.gather(*(sender(w, client) for w in range(concurrency)))
-    elapsed = time.perf_counter() - start
-    return {
-        "seconds": round(elapsed, 2),
-        "concurrency": concurrency,
-        "alerts_per_notification": 8,
-        "notifications": sent,
-        "notifications_per_s": round(sent / elapsed, 1),
-        "alerts_per_s": round(8 * sent / elapsed, 1),
-        "latency_s": summary(latencies),
-    }
-
-
-def summary(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return {"min": round(ordered[0], 4), "median": round(statistics.median(ordered), 4), "p95": round(p95, 4),
-            "max": round(ordered[-1], 4), "n": len(ordered)}  # fmt: skip
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer trials, shorter sustained run")
@@ -154,7 +92,9 @@ def main() -> int:
             print(f"  stored in {stored:.3f}s (median), decided in {decided:.2f}s")
             print(f"sustained: {seconds:.0f}s of 8-alert notifications from 8 concurrent senders ...", flush=True)
             steady = asyncio.run(sustained(url, seconds, 8))
+            both = steady["side_by_side"]
             print(f"  {steady['notifications_per_s']} notifications/s ({steady['alerts_per_s']} alerts/s)")
+            print(f"  incidents opened {both['incidents_opened_per_s']}/s, decided {both['incidents_decided_per_s']}/s")
         finally:
             proc.terminate()
             proc.wait(10)

@@ -52,17 +52,25 @@ def operator_identity(request: Request, token: str | None, presented: str | None
 
 
 async def read_capped(request: Request, limit: int) -> bytes:
-    """The request body, at most ``limit`` bytes; ``PayloadTooLarge`` beyond, declared or streamed."""
+    """The request body, at most ``limit`` bytes; ``PayloadTooLarge`` beyond, declared or streamed.
+
+    A declared size over the limit is refused before any of the body is read; a body without one
+    (chunked) is read up to the limit and refused there. Nothing of it is stored either way.
+    """
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
             raise BadRequest("invalid Content-Length")
         if int(declared) > limit:
-            raise PayloadTooLarge(f"body of {declared} bytes exceeds the limit of {limit}")
+            raise PayloadTooLarge(_too_large(f"body of {int(declared)} bytes", limit))
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise PayloadTooLarge(f"body exceeds the limit of {limit} bytes")
+            raise PayloadTooLarge(_too_large("body (sent without Content-Length)", limit))
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _too_large(what: str, limit: int) -> str:
+    return f"{what} exceeds max_body_bytes ({limit} bytes); nothing of it was stored"

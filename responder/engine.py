@@ -20,12 +20,12 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 from collections.abc import Callable, Sequence
-from datetime import datetime
 
 from anyio import to_thread
 
-from responder import approval, breaker, experiments, goodput, isolation, node_groups
+from responder import acting, approval, breaker, experiments, goodput, isolation, node_groups
 from responder.alerts import ClassifiedAlert, Notification, classify
 from responder.attribution import Context, Enricher, NoEnrichment, Verdict, attribute, checkpoint_step
 from responder.breaker import BreakerCheck
@@ -35,7 +35,7 @@ from responder.engine_config import EngineConfig
 from responder.metrics import ResponderMetrics
 from responder.model import Action, AuditRecord, FailureClass, Incident, Kind, Mode, Outcome, StoredAlert, new_id
 from responder.policy import Plan, plan
-from responder.schedulers.base import ActionRequest, Scheduler, SchedulerError, WorkloadState
+from responder.schedulers.base import Scheduler, SchedulerError, WorkloadState
 from responder.store import AuditStore, IngestResult, RecordQuery
 from responder.supervisor import LoopHealth, retry
 
@@ -77,6 +77,8 @@ class Engine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._actions: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_ACTIONS)
+        self._sleep_until = math.inf  # when the loop's current wait ends by itself
+        self._stopping = asyncio.Event()  # set at shutdown: actions waiting to be tried again stop waiting
         # Wall-clock time, not the injected clock: a stall is real time without progress.
         self.health = LoopHealth(SystemClock(), metrics.registry, settings.loop_stall_after_s)
         self._clean_checked = 0.0  # when experiments that may have run clean were last looked at
@@ -312,12 +314,13 @@ class Engine:
         for (cluster, workload), latest in newest.items():
             settings = self.settings.cluster(cluster).policy.localize
             query = RecordQuery(cluster=cluster, workload=workload, kind=Kind.DECISION.value, limit=experiments.HISTORY)
+            if not (settings.enabled and experiments.may_have_run_clean(latest, now, settings)):
+                continue  # cheap: the history is read only for a restart that may have run clean
             capacity, running_on = self.settings.cluster(cluster).nodes, self._running_on(cluster, workload)
             follow = experiments.clean_run(latest, self.store.records(query), now, settings, capacity, running_on)
             if follow is None:
                 continue
-            mode = self.mode(cluster)
-            counts = follow.plan.action != Action.NONE
+            mode, counts = self.mode(cluster), follow.plan.action != Action.NONE
             safety = self._check(cluster, mode, now, frozenset(follow.plan.excluded_nodes), counts_action=counts)
             record = experiments.follow_up(latest, follow, mode, now, safety.allowed, safety.reason)
             self.store.add_record(record)
@@ -326,8 +329,7 @@ class Engine:
         return written
 
     def _allocation(self, incident: Incident) -> tuple[str, ...]:
-        """The nodes the failed attempt ran on, from the scheduler (act mode only: monitor mode calls no
-        scheduler). The alerts alone can miss a node whose rank died before it could report."""
+        """The failed attempt's nodes from the scheduler, in act mode only (alerts miss a rank that died early)."""
         if self.mode(incident.cluster) != Mode.ACT:
             return ()
         try:
@@ -360,29 +362,20 @@ class Engine:
     # -- act ------------------------------------------------------------------------------------
 
     def act(self, record: AuditRecord) -> AuditRecord:
-        """Carry out one ``pending`` record through the scheduler and write its outcome."""
-        request = ActionRequest(
-            action=Action(record.action),
-            cluster=record.cluster,
-            workload=record.workload,
-            incident_id=record.incident_id or record.id,
-            reason=record.reason,
-            attempt=record.attempt,
-            exclude_nodes=tuple(record.excluded_nodes),
-            node=record.node,
-        )
+        """Try one ``pending`` record through the scheduler and write its outcome, or keep it pending to
+        be tried again while its scheduler cannot be reached (``responder.acting``)."""
         try:
             # The adapter takes its own fresh look (opt-in included) and acts on it: nothing is asked twice.
-            result = self.scheduler.act(request)
+            result = self.scheduler.act(acting.request_for(record))
         except SchedulerError as exc:
             record.outcome, record.detail = Outcome.FAILED, f"scheduler: {exc}"
         else:
-            record.outcome = Outcome.DONE if result.outcome == "planned" else Outcome(result.outcome)
-            record.detail = result.detail
-            record.verified = result.verified
-            record.acted_at = _ts(result.acted_at) or self.clock.now()
-            if result.excluded_nodes or record.action == Action.REQUEUE_EXCLUDING:
-                record.excluded_nodes = list(result.excluded_nodes)
+            if acting.keep_pending(record, result, self.clock.now(), self.settings.action_retry_s):
+                self.metrics.action_retries.labels(self.label(record.cluster), record.action).inc()
+                self.store.update_outcome(record)
+                log.warning("action %s %s/%s: %s", record.action, record.cluster, record.workload, record.detail)
+                return record
+            acting.apply(record, result, self.clock.now())
         self._finish(record)
         return record
 
@@ -445,8 +438,8 @@ class Engine:
     # -- background loop ------------------------------------------------------------------------
 
     def wake(self) -> None:
-        """Tell the loop that incidents were opened (thread-safe)."""
-        if self._loop is not None:
+        """Tell the loop incidents were opened (thread-safe), if one falls due before it wakes anyway."""
+        if self._loop is not None and self.clock.now() + self.settings.correlation_window_s < self._sleep_until:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     async def run(self) -> None:
@@ -461,6 +454,7 @@ class Engine:
         return await to_thread.run_sync(self.store.pending_records)
 
     async def _pass(self) -> None:
+        self._sleep_until = math.inf  # not waiting: any wake counts until the wait below is planned
         await to_thread.run_sync(self.expire_due)  # approve mode's waits, checked every second at most
         if self.clock.now() - self._clean_checked >= CLEAN_CHECK_S:
             self._clean_checked = self.clock.now()
@@ -470,6 +464,7 @@ class Engine:
         deadline = await to_thread.run_sync(self.store.next_deadline)
         delay = 1.0 if deadline is None else min(1.0, deadline - self.clock.now())
         if delay > 0:
+            self._sleep_until = self.clock.now() + delay
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
             self._wake.clear()
@@ -484,17 +479,22 @@ class Engine:
         task.add_done_callback(self._actions.discard)
 
     async def _act_async(self, record: AuditRecord) -> None:
-        async with self._slots:
-            try:
-                await to_thread.run_sync(self.act, record)
-            except Exception:
-                log.exception("action for %s failed unexpectedly; it stays pending", record.id)
+        for pause in acting.pauses():
+            async with self._slots:
+                try:
+                    record = await to_thread.run_sync(self.act, record)
+                except Exception:
+                    log.exception("action for %s failed unexpectedly; it stays pending", record.id)
+                    return
+            if record.outcome != Outcome.PENDING:
+                return
+            with contextlib.suppress(TimeoutError):  # the pause before the next try; a shutdown ends it
+                await asyncio.wait_for(self._stopping.wait(), timeout=pause)
+            if self._stopping.is_set():
+                return  # still pending: the next start resumes it
 
     async def drain(self) -> None:
-        """Wait for in-flight actions (used at shutdown and by tests)."""
+        """At shutdown: wait for the scheduler calls in flight; actions waiting to be tried again stay pending."""
+        self._stopping.set()
         if self._actions:
             await asyncio.gather(*self._actions, return_exceptions=True)
-
-
-def _ts(value: datetime | None) -> float | None:
-    return value.timestamp() if value is not None else None

@@ -76,6 +76,16 @@ def design(
     return Experiment(Plan(action, reason, excluded), belief.blamed, section)
 
 
+def may_have_run_clean(latest: AuditRecord, now: float, settings: LocalizeSettings) -> bool:
+    """Whether ``latest`` is a restart-as-experiment that may have run clean by now. Cheap: the loop asks
+    it of every workload's newest decision before reading that workload's history for ``clean_run``."""
+    started = max(latest.acted_at or 0.0, latest.decided_at)
+    if not _section(latest).get("split") or latest.action != Action.REQUEUE_EXCLUDING:
+        return False
+    # only a restart that happened can run clean (never a planned one)
+    return latest.outcome == Outcome.DONE and now - started >= settings.clean_after_s
+
+
 def clean_run(
     latest: AuditRecord, history: Sequence[AuditRecord], now: float, settings: LocalizeSettings,
     capacity: int | None = None, running_on: Callable[[], Sequence[str] | None] = lambda: (),
@@ -89,13 +99,10 @@ def clean_run(
     run on spares never seen before and without suspects that were not excluded, so the nodes seen so
     far minus the exclusions are only the fallback.
     """
+    if not settings.enabled or not may_have_run_clean(latest, now, settings):
+        return None
     found = _section(latest)
     started = max(latest.acted_at or 0.0, latest.decided_at)
-    if not settings.enabled or not found.get("split") or latest.action != Action.REQUEUE_EXCLUDING:
-        return None
-    # Only a restart that happened can run clean (never a planned one), and only once it ran long enough.
-    if latest.outcome != Outcome.DONE or now - started < settings.clean_after_s:
-        return None
     observed = running_on()
     if observed is None:
         return None

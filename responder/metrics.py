@@ -37,6 +37,11 @@ class ResponderMetrics:
             "Scheduler actions whose outcome is failed, by cluster and action",
             ["cluster", "action"],
         )
+        self.action_retries = counter(
+            "trainguard_responder_action_retries_total",
+            "Scheduler actions kept pending to be tried again: the scheduler could not be asked while acting",
+            ["cluster", "action"],
+        )
         # goodput and node suspicion: docs/decisions.md
         self.goodput_lost = counter(
             "trainguard_responder_goodput_lost_seconds",

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     store_busy_timeout_s: float = Field(2.0, gt=0, le=60, description="longest wait for the store; then 503")
     loop_stall_after_s: float = Field(60.0, gt=0, description="/healthz fails after the loop fails this long")
+    action_retry_s: float = Field(
+        600.0, ge=0, description="an action whose scheduler cannot be reached is tried again this long; then failed"
+    )
 
     @field_validator("clusters")
     @classmethod

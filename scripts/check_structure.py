@@ -58,6 +58,7 @@ LAYERS: dict[str, str] = {
     "responder.enrichment": "adapter",
     "responder.settings": "config",
     "responder.engine": "engine",
+    "responder.acting": "engine",
     "responder.engine_config": "engine",
     "responder.decision_record": "engine",
     "responder.supervisor": "engine",

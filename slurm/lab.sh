@@ -15,6 +15,8 @@
 #         slurm/lab.sh env       [DIR]   prints `export SLURM_CONF=...` (eval it)
 #         slurm/lab.sh kill-node  nX [DIR]  node loss: SIGKILL slurmd of nX and its slurmstepd + tasks
 #         slurm/lab.sh start-node nX [DIR]  start slurmd of nX again
+#         slurm/lab.sh kill-ctld  [DIR]   controller loss: SIGKILL slurmctld (jobs and slurmd keep running)
+#         slurm/lab.sh start-ctld [DIR]   start slurmctld again, recovering its saved state (jobs kept)
 #
 # DIR: the argument, else $SLURM_LAB_DIR, else /tmp/trainguard-slurm-lab. Tunables (environment):
 #   SLURM_LAB_NODES=4  SLURM_LAB_CPUS=2  SLURM_LAB_MEM_MB=1000
@@ -139,10 +141,10 @@ start_munge() {
   munge -n -S "$SOCK" | unmunge -S "$SOCK" >/dev/null
 }
 
-start_ctld() {
+start_ctld() {  # $1: extra slurmctld flags (default -c: clean state, no jobs from an earlier run)
   alive "$(pid_in "$DIR/run/slurmctld.pid")" && return 0
-  # -c: clean state (no jobs from an earlier run), -i: ignore state-file errors
-  slurmctld -f "$CONF" -c -i
+  # -i: ignore state-file errors
+  slurmctld -f "$CONF" "${1:--c}" -i
   local t0=$SECONDS
   until scontrol ping 2>/dev/null | grep -q 'is UP'; do
     if (( SECONDS - t0 > 30 )); then
@@ -258,5 +260,8 @@ case "$CMD" in
   status) cat "$DIR/run/pids.txt" 2>/dev/null || true; sinfo -N -l || true ;;
   kill-node) kill_node "$NODE" ;;
   start-node) start_slurmd "$NODE"; save_pids ;;
-  *) echo "usage: $0 up|down|status|env [DIR] | kill-node|start-node nX [DIR]" >&2; exit 2 ;;
+  kill-ctld) p=$(pid_in "$DIR/run/slurmctld.pid"); log "kill-ctld: SIGKILL ${p:-(none)}"
+             if alive "$p"; then kill -9 "$p"; fi; rm -f "$DIR/run/slurmctld.pid" ;;
+  start-ctld) start_ctld -R; save_pids ;;  # -R: recover the full saved state (jobs, node states)
+  *) echo "usage: $0 up|down|status|env|kill-ctld|start-ctld [DIR] | kill-node|start-node nX [DIR]" >&2; exit 2 ;;
 esac

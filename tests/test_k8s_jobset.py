@@ -348,12 +348,16 @@ def test_api_failure_is_a_failure_not_an_empty_answer(kube: FakeKube, server: Fa
     result = sched.act(request(Action.REQUEUE))
     assert result.outcome == "failed"
     assert "HTTP 500" in result.detail
+    assert result.retry, "the API server failed: the engine may try again"
     labels = {"cluster": "lab", "call": "get jobsets"}
     assert registry.get_sample_value("trainguard_kubernetes_request_failures_total", {**labels, "reason": "500"}) == 1
     assert registry.get_sample_value("trainguard_kubernetes_requests_total", {**labels, "result": "error"}) == 1
     kube.fail_next[("GET", f"{JOBSETS}/llama")] = 503
     with pytest.raises(SchedulerError):
         adapter(server).observe("lab", "ml/llama")
+    kube.fail_next[("GET", f"{JOBSETS}/llama")] = 403
+    refused = sched.act(request(Action.REQUEUE))
+    assert (refused.outcome, refused.retry) == ("failed", False), "a refusal is final"
 
 
 def test_observe_a_missing_jobset_is_unknown(server: FakeServer) -> None:

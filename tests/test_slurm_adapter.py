@@ -100,6 +100,7 @@ def test_hostile_job_ids_refused_before_any_command(workload: str, action: Actio
     result = make(runner).act(req(action, workload))
     assert result.outcome == "failed"
     assert "refused" in result.detail
+    assert not result.retry, "a refusal is final"
     assert runner.calls == []
 
 
@@ -178,7 +179,9 @@ def test_timeout_and_spawn_failures_are_unknown() -> None:
             s.list_jobs()
         labels = {"cluster": "default", "command": "squeue", "reason": reason}
         assert s.commands.registry.get_sample_value("trainguard_slurm_command_failures_total", labels) == 1
-        assert s.act(req(Action.STOP)).outcome == "failed"
+        failed = s.act(req(Action.STOP))
+        assert failed.outcome == "failed"
+        assert failed.retry, "Slurm could not be asked: the engine may try again"
 
 
 def test_opt_in_by_partition_allowlist() -> None:

@@ -44,6 +44,11 @@ class SchedulerError(RuntimeError):
     """The scheduler could not be asked or did not answer; the state is unknown, not empty."""
 
 
+class SchedulerRefused(SchedulerError):
+    """The scheduler answered and refused the request (no permission, no such object): asking again will
+    not change that, so the action fails at once instead of being tried again."""
+
+
 @dataclass(frozen=True, slots=True)
 class ActionRequest:
     """One action, decided by the core. Values are validated identities (``trainguard.identity``)."""
@@ -67,6 +72,9 @@ class ActionResult:
     verified: bool = False
     acted_at: datetime | None = None
     excluded_nodes: tuple[str, ...] = ()  # what was applied, after any pruning
+    # The scheduler could not be asked or did not answer while acting: the effect is unknown, and the
+    # same request (idempotent per attempt) may be sent again later (``responder/acting.py``).
+    retry: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +143,8 @@ def act_frame(
 ) -> ActionResult:
     """What every adapter's ``act`` does around its own work: refuse a bad request before any ``unit``
     (command, request) is sent, dispatch node and workload actions, and turn a ``SchedulerError`` into a
-    failed result."""
+    failed result: one that may be retried (the scheduler's state is unknown), unless the scheduler
+    answered with a refusal (``SchedulerRefused``)."""
     if refusal is not None:
         _log.warning("refused %s for %s: %s", request.action, request.workload, refusal)
         return ActionResult("failed", f"refused before any {unit}: {refusal}")
@@ -145,8 +154,10 @@ def act_frame(
         if request.action is Action.NONE:
             return ActionResult("skipped", "action none: nothing to do")
         return workload_action(request)
-    except SchedulerError as exc:
+    except SchedulerRefused as exc:
         return ActionResult("failed", f"{scheduler}: {exc}")
+    except SchedulerError as exc:
+        return ActionResult("failed", f"{scheduler}: {exc}", retry=True)
 
 
 def poll(

@@ -23,7 +23,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from responder.clock import format_rfc3339
-from responder.schedulers.base import ActionRequest, SchedulerError, identity_refusal
+from responder.schedulers.base import ActionRequest, SchedulerError, SchedulerRefused, identity_refusal
 from responder.schedulers.seam import Seam, SeamMetrics
 from trainguard.identity import validate_optional_cluster
 
@@ -194,7 +194,10 @@ class KubeAPI:
                 return None
             m.calls.labels(self._cluster, what, "error").inc()
             m.failures.labels(self._cluster, what, str(exc.status)).inc()
-            raise SchedulerError(f"{what}: HTTP {exc.status} {exc.reason}: {_status_message(exc.body)}") from exc
+            # 4xx is the API server's answer (forbidden, invalid): final, except a timeout, a conflict, a throttle
+            final = 400 <= (exc.status or 0) < 500 and exc.status not in (408, 409, 429)
+            error = SchedulerRefused if final else SchedulerError
+            raise error(f"{what}: HTTP {exc.status} {exc.reason}: {_status_message(exc.body)}") from exc
         except Exception as exc:  # the client raises urllib3, socket and ssl errors unwrapped
             m.calls.labels(self._cluster, what, "error").inc()
             m.failures.labels(self._cluster, what, type(exc).__name__).inc()
@@ -213,7 +216,7 @@ class KubeAPI:
     def _need(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         body = self._call(what, fn, *args, **kwargs)
         if body is None:
-            raise SchedulerError(f"{what}: not found")
+            raise SchedulerRefused(f"{what}: not found")
         return body
 
     # -- core/v1
