@@ -13,7 +13,6 @@ from this process over loopback. Writes bench/results/ingest.json.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -28,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from trainguard.lab.common import bench_arguments
 from trainguard.lab.load import start_server, summary, sustained
 from trainguard.lab.payloads import nccl_storm_with_xid
 
@@ -78,9 +78,7 @@ def big_notification(url: str, trials: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer trials, shorter sustained run")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ingest.json")
+    parser = bench_arguments(__doc__, "fewer trials, shorter sustained run", ROOT / "bench" / "results" / "ingest.json")
     args = parser.parse_args()
     trials, seconds = (2, 5.0) if args.quick else (5, 20.0)
     with tempfile.TemporaryDirectory(prefix="trainguard-bench-") as tmp:

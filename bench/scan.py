@@ -22,7 +22,6 @@ Writes bench/results/scan.json. The generated logs live in a temporary directory
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -40,7 +39,7 @@ from typing import Any
 from exporters.engines import hyperscan_available
 from exporters.patterns import Matcher, load_catalog
 from exporters.patterns_cli import iter_findings
-from trainguard.lab.common import free_port
+from trainguard.lab.common import bench_arguments, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -375,10 +374,8 @@ def bench_flood(workdir: Path, lines: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="20 MB log, 10 s CPU window, 100,000-line flood")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "scan.json")
-    args = ap.parse_args()
+    quick = "20 MB log, 10 s CPU window, 100,000-line flood"
+    args = bench_arguments(__doc__, quick, ROOT / "bench" / "results" / "scan.json").parse_args()
     size_mb, window, flood, rounds = (20, 10.0, 100_000, 1) if args.quick else (110, 30.0, 800_000, 3)
     with tempfile.TemporaryDirectory(prefix="trainguard-bench-") as tmp:
         workdir = Path(tmp)

@@ -32,16 +32,15 @@ class ResponderMetrics:
         )
         # Its own counter, created at 0 for every cluster that may act (configured, or switched to act),
         # so the first failure is an increase Prometheus sees (TrainguardResponderActionsFailing).
-        self.actions_failed = counter(
-            "trainguard_responder_actions_failed_total",
-            "Scheduler actions whose outcome is failed, by cluster and action",
-            ["cluster", "action"],
-        )
-        self.action_retries = counter(
-            "trainguard_responder_action_retries_total",
-            "Scheduler actions kept pending to be tried again: the scheduler could not be asked while acting",
-            ["cluster", "action"],
-        )
+        # Retries: actions kept pending because the scheduler could not be asked (docs/operations.md).
+        self.actions_failed, self.action_retries = (
+            counter(f"trainguard_responder_{name}_total", f"Scheduler actions {what}, by cluster and action",
+                    ["cluster", "action"])
+            for name, what in (
+                ("actions_failed", "whose outcome is failed"),
+                ("action_retries", "kept pending to be tried again: the scheduler could not be asked while acting"),
+            )
+        )  # fmt: skip
         # goodput and node suspicion: docs/decisions.md
         self.goodput_lost = counter(
             "trainguard_responder_goodput_lost_seconds",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
@@ -125,3 +126,11 @@ def stop_server(server: socketserver.BaseServer | None) -> None:
     if server is not None:
         server.shutdown()
         server.server_close()
+
+
+def bench_arguments(doc: str | None, quick: str, out: Path) -> argparse.ArgumentParser:
+    """The arguments every benchmark takes: ``--quick`` (``quick`` says what it shortens) and ``--out``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--out", type=Path, default=out, help=f"the JSON results (default {out.name})")
+    return parser
