@@ -51,7 +51,7 @@ from trainguard.lab.faults import (
     run_two_jobs,
     summarise,
 )
-from trainguard.lab.intermittent import POLICY, run_intermittent
+from trainguard.lab.intermittent import BREAKER, POLICY, run_intermittent
 from trainguard.lab.slurm import Lab, LabError, missing_requirements
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -271,8 +271,9 @@ def main() -> int:
     started = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="trainguard-bench-"))
     lab = Lab(
-        workdir, mode="act", fast_path=args.fast_path, policy=POLICY, say=lambda m: print(f"[lab] {m}", flush=True)
-    )
+        workdir, mode="act", fast_path=args.fast_path, policy=POLICY, breaker=BREAKER,
+        say=lambda m: print(f"[lab] {m}", flush=True),
+    )  # fmt: skip
     try:
         with lab.running():
             for i, (fault, mode) in enumerate(plan, 1):

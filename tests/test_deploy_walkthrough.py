@@ -149,8 +149,9 @@ def slurm_lab() -> Iterator[SlurmLab]:
     lab = SlurmLab(directory, env)
     try:
         lab.run(str(LAB), "up")
-        # the site's canary partition (step 7 opts it in)
-        lab.run("scontrol", "create", "PartitionName=canary", "Nodes=ALL", "State=UP", "MaxTime=INFINITE")
+        # the site's canary partition (step 7 opts it in): lab.sh has one on n[1-2]; here it spans all four
+        # nodes, so a 2-node job excluding one node still has somewhere to run
+        lab.run("scontrol", "update", "PartitionName=canary", f"Nodes={','.join(NODES)}")
         yield lab
     finally:
         subprocess.run([str(LAB), "down"], env=env, capture_output=True, timeout=60, check=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.services import unavailable
-from trainguard.lab.intermittent import POLICY, run_intermittent
+from trainguard.lab.intermittent import BREAKER, POLICY, run_intermittent
 from trainguard.lab.slurm import Lab, missing_requirements
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -26,7 +26,7 @@ def test_intermittent_node_is_found_through_restarts() -> None:
     if missing:
         unavailable("the lab needs: " + "; ".join(missing))
     lab = Lab(Path(tempfile.mkdtemp(prefix="trainguard-intermittent-")), port_base=19800, policy=POLICY,
-              say=lambda message: None)  # fmt: skip
+              breaker=BREAKER, say=lambda message: None)  # fmt: skip
     with lab.running():
         trial = run_intermittent(lab, say=print)
         records = lab.decisions(trial.job)

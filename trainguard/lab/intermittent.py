@@ -18,7 +18,7 @@ from typing import Any
 from responder.schedulers.base import WorkloadState
 from responder.schedulers.slurm.parse import expand_hostlist, parse_job
 from trainguard.lab.faults import TrialResult
-from trainguard.lab.slurm import Lab
+from trainguard.lab.slurm import LAB_BREAKER, Lab
 
 TIMEOUT_LINE = (
     "[rank{rank}]:[E1129 10:01:02.123456 1234 ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught collective "
@@ -34,6 +34,11 @@ POLICY: dict[str, Any] = {
     "max_attempts": 12,
     "localize": {"after_failures": 1, "spare_nodes": 2, "min_nodes": 2, "clean_after_s": 45, "probe": True},
 }
+# Restarts as experiments rotate the excluded nodes: the suspect, then a pinned healthy node to force the
+# next attempt onto the other suspects. On the lab's 4 nodes that is 3 distinct nodes within a minute when
+# attempts fail fast, which the lab's breaker (2 of 4 per 60 s) refuses (a safe refusal, audited). The
+# spare budget (2) still bounds what is excluded at once; the breaker here allows 3 of 4 per minute.
+BREAKER: dict[str, Any] = {**LAB_BREAKER, "max_node_fraction": 0.75}
 NODES_PER_JOB = 2
 STEPS_BEFORE_FAULT = 8
 

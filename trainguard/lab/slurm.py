@@ -87,6 +87,9 @@ class Proc:
         terminate(self.proc, 10, 10)
 
 
+LAB_BREAKER: dict[str, Any] = {"correlated_window_s": 5, "max_node_fraction": 0.5, "window_s": 60, "max_actions": 100}
+
+
 @dataclass
 class Lab:
     """One lab. ``mode`` is the responder's mode for cluster ``lab`` (act, approve or monitor)."""
@@ -101,6 +104,7 @@ class Lab:
     approve_after_s: float | None = 5.0
     operator_wait_s: float = 600.0
     policy: dict[str, Any] | None = None  # the cluster's policy settings (None: the defaults)
+    breaker: dict[str, Any] | None = None  # the breaker's settings (None: LAB_BREAKER)
     say: Callable[[str], None] = print
     procs: list[Proc] = field(default_factory=list)
     services: list[Service] = field(default_factory=list)
@@ -206,7 +210,7 @@ class Lab:
             # Lab trials fault one job after another, seconds apart: a shorter correlation window keeps
             # consecutive trials from tripping the correlated-failure breaker; a larger node share lets
             # every trial exclude a node on a 4-node cluster.
-            "breaker": {"correlated_window_s": 5, "max_node_fraction": 0.5, "window_s": 60, "max_actions": 100},
+            "breaker": self.breaker or LAB_BREAKER,
             "ledger": {"drain_after_workloads": 1000},
         }
         path = self.root / "trainguard.yaml"
