@@ -24,6 +24,7 @@ if compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || has initdb; then 
 else want PostgreSQL "apt-get install postgresql" "the store contract and replica failover tests, bench/ha.py"; fi
 if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
   want "user postgres" "apt-get install postgresql (it creates the user)" "PostgreSQL tests as root"; fi
+has vmalert && ok vmalert || want vmalert "apt-get install victoria-metrics" "the vmalert rules test, bench/fleet"
 if has chromium || has chromium-browser; then ok chromium; else want chromium "apt-get install chromium" "the console browser tests"; fi
 if [ -d dashboards/logql/node_modules ]; then ok "LogQL grammar (npm)"
 elif has npm; then want "LogQL grammar" "npm ci --prefix dashboards/logql" "the dashboard LogQL checks"
