@@ -33,6 +33,7 @@ from responder.clock import parse_rfc3339
 from trainguard.lab.common import free_port
 from trainguard.lab.stack import (
     RESEND_DELAY,
+    TSDB_FLAGS,
     Service,
     alertmanager_config,
     http_get,
@@ -70,7 +71,9 @@ def scrape_configs(sd_file: Path, self_port: int) -> list[dict[str, Any]]:
     ]
 
 
-def start_stack(fleet: Fleet, profile: str, work: Path, stack: ExitStack) -> tuple[Service, Service, Service]:
+def start_stack(
+    fleet: Fleet, profile: str, work: Path, stack: ExitStack, tsdb_flags: tuple[str, ...]
+) -> tuple[Service, Service, Service]:
     """Responder, Alertmanager and Prometheus on the fleet; returns once the fleet is scraped."""
     token = secrets.token_urlsafe(16)
     token_file = work / "webhook.token"
@@ -83,7 +86,7 @@ def start_stack(fleet: Fleet, profile: str, work: Path, stack: ExitStack) -> tup
     sd = fleet.file_sd(work / "targets.yml")
     port = free_port()
     config = prometheus_config(profile, scrape_configs(sd, port), am.port)
-    prom = start_prometheus(config, work / "prom", RESEND_DELAY[profile], port=port)
+    prom = start_prometheus(config, work / "prom", RESEND_DELAY[profile], port=port, tsdb_flags=tsdb_flags)
     stack.callback(prom.stop)
     am.wait_ready()
     prom.wait_ready()
@@ -174,7 +177,13 @@ def run(args: argparse.Namespace, out: Any) -> list[Trial]:
     with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="churn-") as tmp:
         stack.callback(fleet.stop)
         churn = Churn(fleet, args.job_nodes, rng)
-        responder, _am, prom = start_stack(fleet, args.profile, Path(tmp), stack)
+        tsdb_flags = (
+            TSDB_FLAGS[args.profile]
+            if args.min_block_duration is None
+            else (f"--storage.tsdb.min-block-duration={args.min_block_duration}",)
+        )
+        responder, _am, prom = start_stack(fleet, args.profile, Path(tmp), stack, tsdb_flags)
+        _emit(out, {"type": "config", "tsdb_flags": list(tsdb_flags), "nodes": args.nodes, "profile": args.profile})
         t0 = time.time()
         next_fault, next_sample = t0 + 5, t0
         pending: list[Trial] = []
@@ -253,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=60)
     parser.add_argument("--every", type=float, default=15, help="seconds between faults")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--min-block-duration",
+        help="Prometheus head block length (default: the profile's, 5m for fast); 2h reproduces the slowdown",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "churn.jsonl")
     parser.add_argument("--summary", type=Path, default=ROOT / "bench" / "results" / "churn.json")
     args = parser.parse_args(argv)

@@ -20,6 +20,7 @@ import yaml
 from trainguard.lab.common import free_port
 from trainguard.lab.stack import (
     RESEND_DELAY,
+    TSDB_FLAGS,
     Service,
     _spawn,
     find_binary,
@@ -96,7 +97,7 @@ def start_engine(name: str, profile: str, sd_file: Path, am_port: int, work: Pat
     """Start ``name`` on the fleet's targets; not yet waited for."""
     if name == "prometheus":
         config = prometheus_config(profile, scrape_configs(sd_file), am_port)
-        prom = start_prometheus(config, work / "prom", RESEND_DELAY[profile])
+        prom = start_prometheus(config, work / "prom", RESEND_DELAY[profile], tsdb_flags=TSDB_FLAGS[profile])
         return Engine(name, profile, prom, [prom])
     if name != "victoriametrics":
         raise ValueError(f"engine must be one of {ENGINES}, not {name!r}")

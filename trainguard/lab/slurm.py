@@ -28,6 +28,7 @@ import yaml
 from trainguard.lab.common import terminate
 from trainguard.lab.stack import (
     RESEND_DELAY,
+    TSDB_FLAGS,
     Service,
     StackError,
     alertmanager_config,
@@ -261,7 +262,8 @@ class Lab:
             {"job_name": "trainguard-responder", "static_configs": [{"targets": [f"127.0.0.1:{self.port_base}"]}]},
         ]
         prom = start_prometheus(prometheus_config("fast", scrape, am.port), self.root / "prometheus",
-                                resend_delay=RESEND_DELAY["fast"], port=self.port_base + 10)  # fmt: skip
+                                resend_delay=RESEND_DELAY["fast"], port=self.port_base + 10,
+                                tsdb_flags=TSDB_FLAGS["fast"])  # fmt: skip
         self.services.append(prom)
         am.wait_ready()
         prom.wait_ready()

@@ -56,6 +56,9 @@ RULES_DIR = ROOT / "alert_rules"
 PROFILES = ("fast", "production")
 LOOPBACK = "127.0.0.1"
 RESEND_DELAY = {"fast": "2s", "production": "30s"}
+# The fast profile compacts Prometheus's head every few minutes so that finished jobs' series leave
+# it; with the default (2 h blocks) they stay 2-3 h and every selector pays for them (docs/scale.md).
+TSDB_FLAGS = {"fast": ("--storage.tsdb.min-block-duration=5m",), "production": ()}
 IDENTITY = ("cluster", "workload", "scheduler", "attempt", "rank", "host")
 
 T = TypeVar("T")
@@ -210,10 +213,14 @@ def _spawn_configured(
 
 
 def start_prometheus(
-    config: dict[str, Any], workdir: Path, resend_delay: str = "2s", port: int | None = None
+    config: dict[str, Any],
+    workdir: Path,
+    resend_delay: str = "2s",
+    port: int | None = None,
+    tsdb_flags: tuple[str, ...] = (),
 ) -> Service:
     """Start Prometheus with ``config`` (a parsed prometheus.yml) in ``workdir``; not yet waited for."""
-    flags = [f"--storage.tsdb.path={workdir / 'data'}", f"--rules.alert.resend-delay={resend_delay}"]
+    flags = [f"--storage.tsdb.path={workdir / 'data'}", f"--rules.alert.resend-delay={resend_delay}", *tsdb_flags]
     return _spawn_configured("prometheus", "prometheus", config, workdir, port, flags)
 
 
@@ -562,6 +569,7 @@ def pipeline(
             prometheus_config(profile, [exporter_scrape_config(exporter.port)], am.port),
             workdir / "prom",
             resend_delay=RESEND_DELAY[profile],
+            tsdb_flags=TSDB_FLAGS[profile],
         )
         services.append(prom)
         am.wait_ready()
