@@ -16,8 +16,8 @@ from pathlib import Path
 from exporters.engines import validate
 from exporters.rowregex import RowSyntaxError, line_bounded, required_literals
 from exporters.rows import (
-    CATEGORIES,
     COLUMNS,
+    ROW_CATEGORIES,
     SEVERITIES,
     XID_COLUMNS,
     XID_DIRECTIVE,
@@ -27,6 +27,7 @@ from exporters.rows import (
     Pattern,
 )
 
+_XID_ORDER = ("harmless", "infra_gpu", "infra_node", "infra_network", "collective_timeout", "app_error")
 _ID = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 _NAME = re.compile(r"[a-z0-9]+(?:_[a-z0-9]+)*")
 _ACTION = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -60,8 +61,8 @@ def make_pattern(where: str, row: dict[str, str], action: str = "", xid: int | N
     where = f"{where} ({pid})"
     if not _ID.fullmatch(pid):
         raise CatalogError(f"{where}: id {pid!r} is not snake_case")
-    if row["category"] not in CATEGORIES:
-        raise CatalogError(f"{where}: category {row['category']!r} is not one of {CATEGORIES}")
+    if row["category"] not in ROW_CATEGORIES:
+        raise CatalogError(f"{where}: category {row['category']!r} is not one of {ROW_CATEGORIES}")
     if row["severity"] not in SEVERITIES:
         raise CatalogError(f"{where}: severity {row['severity']!r} is not one of {SEVERITIES}")
     try:
@@ -109,6 +110,9 @@ def xid_rows(text: str, source: str = "xid table") -> list[Pattern]:
             "counterexample": f"NVRM: Xid (PCI:0000:10:1c): {int(code)}0, pid=1896",
         }
         out.append(make_pattern(where, fields, action, int(code)))
+    # Hardware first: when one excerpt holds several Xids, a consequence (43 "stopped processing", 45
+    # "preemptive cleanup, due to previous errors") must not outrank its hardware cause (62, 79, 94, ...).
+    out.sort(key=lambda p: (_XID_ORDER.index(p.category), SEVERITIES.index(p.severity)))
     other = {
         "id": XID_OTHER,
         "category": "infra_gpu",

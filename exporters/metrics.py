@@ -35,6 +35,9 @@ class PatternCounters(Collector):
     generation: int = 0  # bumped at every change: the exposition formats the counters again only then
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def __post_init__(self) -> None:
+        self.patterns = [p for p in self.patterns if not p.harmless]  # never a finding, so never a series
+
     def _admit(self, ident: Identity) -> Identity:
         """The identity a match is counted under (the lock is held)."""
         if ident in self.identities:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from exporters.catalog import default_catalog_path, load_catalog, parse_catalog
 from exporters.events import Finding
-from exporters.rows import CATALOG_VERSION, CATEGORIES, COLUMNS, SEVERITIES, CatalogError, Pattern
+from exporters.rows import CATALOG_VERSION, CATEGORIES, COLUMNS, HARMLESS, SEVERITIES, CatalogError, Pattern
 from exporters.scanner import KINDS, Matcher, StreamScanner
 from exporters.tokens import line_host, line_rank, line_tokens
 
@@ -18,6 +18,7 @@ __all__ = [
     "CATALOG_VERSION",
     "CATEGORIES",
     "COLUMNS",
+    "HARMLESS",
     "KINDS",
     "SEVERITIES",
     "CatalogError",

@@ -13,6 +13,10 @@ from typing import Final
 from trainguard.vocabulary import LOG_CATEGORIES, SEVERITIES
 
 CATEGORIES: Final = LOG_CATEGORIES
+# A row of this category names a line that is known to be harmless (the docs or the thread say so): the line
+# is then no finding at all, neither counted nor unclassified. It is never a metric label value.
+HARMLESS: Final = "harmless"
+ROW_CATEGORIES: Final = (HARMLESS, *CATEGORIES)
 COLUMNS: Final = ("id", "category", "severity", "regex", "description", "example", "counterexample")
 XID_COLUMNS: Final = ("code", "name", "category", "severity", "action", "description")
 CATALOG_VERSION: Final = 2
@@ -46,11 +50,17 @@ class Pattern:
         an infrastructure category, so the exporter's fast path posts those (alert_rules/log_patterns.yml)."""
         return self.category.startswith("infra_")
 
+    @property
+    def harmless(self) -> bool:
+        return self.category == HARMLESS
+
 
 __all__ = [
     "CATALOG_VERSION",
     "CATEGORIES",
     "COLUMNS",
+    "HARMLESS",
+    "ROW_CATEGORIES",
     "SEVERITIES",
     "XID_COLUMNS",
     "XID_DIRECTIVE",

@@ -190,7 +190,9 @@ class StreamScanner:
         return self._done(out)
 
     def _done(self, out: list[Finding]) -> list[Finding]:
-        """Findings in line order, a PCI id mapped to its GPU where NVML told us."""
+        """Findings in line order, a PCI id mapped to its GPU where NVML told us; lines a harmless row names
+        are dropped (neither counted nor unclassified)."""
+        out = [f for f in out if f.pattern is None or not f.pattern.harmless]
         if self.m.pci_gpu:
             for f in out:
                 gpu = self.m.pci_gpu.get(f.tokens.get("pci", ""))

@@ -22,6 +22,7 @@ from exporters.fastpath import FastPath
 from exporters.metrics import SafeCollector
 from exporters.nvml import NvmlCollector
 from exporters.patterns import load_catalog
+from exporters.scanner import KINDS
 from exporters.state import DEFAULT_PROGRESS_PATTERNS, Identity
 from tests.services import wait_until
 
@@ -73,13 +74,13 @@ def test_counts_matches_per_identity_and_precreates_zeros(tmp_path: Path, regist
     exp = Exporter(cfg, registry)
     exp.poll_once()
     ident = {"workload": "4242", "scheduler": "slurm", "attempt": "2", "rank": "3"}
-    # every pattern exists at 0 for the known identity before anything matched
+    # every pattern exists at 0 for the known identity before anything matched; a harmless row has no series
     for p in CATALOG:
-        assert (
-            registry.get_sample_value("trainguard_log_pattern_matches_total", _labels(p.id, p.category, **ident)) == 0
-        )
+        got = registry.get_sample_value("trainguard_log_pattern_matches_total", _labels(p.id, p.category, **ident))
+        assert got == (None if p.harmless else 0), p.id
     with log.open("a") as f:
         f.write("step 1 ok\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
+        f.write("CUDA error: driver shutting down\n")  # harmless: neither a match nor unclassified
         f.write("[rank6]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
     exp.poll_once()
     value = registry.get_sample_value
@@ -88,8 +89,10 @@ def test_counts_matches_per_identity_and_precreates_zeros(tmp_path: Path, regist
     assert (
         value("trainguard_log_pattern_matches_total", _labels("cuda_oom", "app_error", **{**ident, "rank": "6"})) == 1
     )
-    assert value("trainguard_exporter_log_lines_total") == 3
+    assert value("trainguard_exporter_log_lines_total") == 4
     assert value("trainguard_exporter_log_matches_total") == 2
+    base = {k: v for k, v in _labels("", "", **ident).items() if k not in ("pattern", "category")}
+    assert [value("trainguard_log_unclassified_total", {**base, "kind": k}) for k in KINDS] == [0] * len(KINDS)
     assert value("trainguard_exporter_log_files_followed") == 1
 
 
