@@ -55,9 +55,9 @@ def test_every_line_has_the_documented_fields() -> None:
 # The goal on the reporting half is recall >= 0.95, category accuracy >= 0.90 and benign false alarms
 # <= 0.05 (bench/results/corpus.json says where we stand). These floors sit just under the measured figures,
 # so that no change to the catalog or the scanner makes detection on real logs worse unnoticed. They went
-# down once, when 120 fresh cases (files gpu2, network2, app2) joined and 63 of them fell in this half.
-REGRESSION_FLOORS = {"recall": 0.82, "category_accuracy": 0.62}
-BENIGN_FALSE_ALARMS_CEILING = 0.08
+# down when two fresh samples of 120 and 121 cases (files *2.jsonl) joined and 127 of them fell in this half.
+REGRESSION_FLOORS = {"recall": 0.80, "category_accuracy": 0.60}
+BENIGN_FALSE_ALARMS_CEILING = 0.05
 
 
 @pytest.mark.parametrize("engine", ["hyperscan", "re"])
