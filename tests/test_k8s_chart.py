@@ -244,3 +244,37 @@ def test_packaged_chart_carries_the_rule_files_not_their_tests(tmp_path: Path) -
     assert "trainguard/rules/profiles/production.yml" in rules
     assert not any("/tests/" in n or "/alertmanager/" in n or "/prometheus/" in n for n in rules)
     assert "trainguard/files/rbac/jobset.yaml" in names
+
+
+def test_replicas_on_postgresql_share_the_store_and_roll() -> None:
+    objects = render(
+        {
+            "responder": {"replicas": 3},
+            "database": {"url": "postgresql://trainguard@db.internal:5432/trainguard", "passwordSecret": "tg-db"},
+        }
+    )
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate"}
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["env"] == [
+        {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": "tg-db", "key": "password"}}}
+    ]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["data"] == {"name": "data", "emptyDir": {}}
+    assert "PersistentVolumeClaim" not in objects  # SQLite's volume is not needed
+    config = yaml.safe_load(one(objects, "ConfigMap")["data"]["config.yaml"])
+    settings = Settings.model_validate(config)
+    assert settings.store.url == "postgresql://trainguard@db.internal:5432/trainguard"
+    assert "PostgreSQL" in objects["NOTES"][0]["text"]
+
+
+def test_sqlite_refuses_a_second_replica_and_a_password_in_the_url() -> None:
+    with pytest.raises(Exception, match=r"responder.replicas > 1 needs database.url"):
+        render({"responder": {"replicas": 2}})
+    with pytest.raises(Exception, match=r"database"):
+        render({"database": {"url": "postgresql://trainguard:secret@db:5432/trainguard"}})
+    default = one(render(), "Deployment")
+    assert default["spec"]["strategy"] == {"type": "Recreate"}
+    assert "env" not in default["spec"]["template"]["spec"]["containers"][0]

@@ -69,7 +69,8 @@ def test_the_package_renders_without_the_checkout(tgz: Path) -> None:
     [
         ({"exporter": {"port": "9481"}}, "/exporter/port"),
         ({"exporter": {"prot": 1}}, "prot"),
-        ({"responder": {"replicas": 2}}, "/responder/replicas"),
+        ({"responder": {"replicas": 17}}, "/responder/replicas"),
+        ({"database": {"url": "postgresql://u:pw@db/tg"}}, "/database/url"),
         ({"monitoring": {"prometheusRule": {"profile": "slow"}}}, "/monitoring/prometheusRule/profile"),
         ({"clusters": {"k8s": {"mode": "yolo"}}}, "/clusters/k8s/mode"),
     ],

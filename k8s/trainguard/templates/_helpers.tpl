@@ -85,5 +85,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if .Values.responder.prometheusUrl -}}
 {{- $_ := set $config "prometheus_url" .Values.responder.prometheusUrl -}}
 {{- end -}}
+{{- if .Values.database.url -}}
+{{- $_ := set $config "store" (dict "url" .Values.database.url) -}}
+{{- end -}}
 {{- toYaml (merge $config (deepCopy .Values.responder.config)) -}}
 {{- end -}}
