@@ -5,11 +5,13 @@ TRAINGUARD_REQUIRE_SERVICES=1), where two replicas never prune at once."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -18,9 +20,12 @@ from prometheus_client import CollectorRegistry
 from responder.alerts import Notification
 from responder.clock import FakeClock
 from responder.engine import Engine
+from responder.housekeeping import retention_loop
+from responder.lease import Leadership
 from responder.metrics import ResponderMetrics
 from responder.model import AuditRecord
 from responder.schedulers.recording import RecordingScheduler
+from responder.services import Services
 from responder.settings import Settings
 from responder.store import RecordQuery, retention
 from responder.store.config import StoreSettings
@@ -219,6 +224,33 @@ def test_max_records_keeps_the_newest(dialect: Store) -> None:
     dialect.prune(RetentionSettings(max_records=len(newest)))
 
     assert dialect.workloads() == {"200", "201", "202"}
+
+
+def test_with_replicas_only_the_lease_holder_prunes(tmp_path: Path) -> None:
+    opened = Store.open(SqliteStore(tmp_path / "tg.db"), _sqlite)
+    opened.history(100, 2)
+    opened.clock.advance(10 * DAY)
+    registry = CollectorRegistry()
+    lease = cast(Any, SimpleNamespace(holder="replica-a", settings=StoreSettings()))
+    leadership = Leadership(lease, opened.clock, registry)
+    settings = Settings(db_path=tmp_path / "tg.db", retention={"days": 7})
+    svc = Services(settings, opened.store, opened.engine, opened.clock, ResponderMetrics(registry), registry,
+                   None, None, leadership=leadership)  # fmt: skip
+
+    async def run_for(seconds: float, until: Callable[[], bool]) -> None:
+        task = asyncio.create_task(retention_loop(svc))
+        for _ in range(round(seconds / 0.05)):
+            if until():
+                break
+            await asyncio.sleep(0.05)
+        task.cancel()
+
+    asyncio.run(run_for(0.5, lambda: False))
+    assert opened.workloads() == {"100", "101"}, "a follower leaves the store alone"
+    leadership.became("leader", 1)
+    asyncio.run(run_for(10, lambda: not opened.workloads()))
+    assert opened.workloads() == set()
+    opened.store.close()
 
 
 # -- PostgreSQL's own: one pruning replica at a time, claims of past terms --------------------------------
