@@ -268,12 +268,13 @@ def test_on_postgresql_a_replica_pruning_holds_another_off(postgres: Any, tmp_pa
     with psycopg.connect(url, autocommit=True) as other, other.transaction():
         other.execute("SELECT pg_advisory_xact_lock(%s)", (RETENTION_LOCK,))  # another replica, mid-batch
         held_off = opened.prune(settings)
+    assert (held_off.contended, held_off.records, held_off.incidents) == (True, 0, 0)
+    assert not (tmp_path / "x.jsonl").exists(), "nothing exported while another replica prunes"
     after = opened.prune(settings)
     opened.store.close()
 
-    assert (held_off.contended, held_off.records, held_off.incidents) == (True, 0, 0)
-    assert not (tmp_path / "x.jsonl").exists()
     assert (after.contended, after.records, after.incidents) == (False, len(old), 2)
+    assert len((tmp_path / "x.jsonl").read_text().splitlines()) == len(old)
 
 
 @pytest.mark.postgres

@@ -97,13 +97,17 @@ class PostgresStore(SqlStore):
         self.fence_term: int | None = None
         self._lock = threading.RLock()
         self._conn = self._connect()
-        if read_only:
-            self._check_readable(self._conn)
-            return
-        with self._conn.transaction():
-            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            self._conn.execute(postgres_schema())
-            self._check_version(self._conn)
+        try:
+            if read_only:
+                self._check_readable(self._conn)
+            else:
+                with self._conn.transaction():
+                    self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                    self._conn.execute(postgres_schema())
+                    self._check_version(self._conn)
+        except BaseException:
+            self._conn.close()  # a store refused (no schema, a newer one) leaves no session behind
+            raise
 
     def _connect(self) -> psycopg.Connection[dict[str, Any]]:
         ms = int(self.busy_timeout_s * 1000)
