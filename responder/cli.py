@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -17,6 +17,9 @@ from responder import approval_cli, node_groups_cli, replay_cli
 from responder.errors import ConfigError
 from responder.model import Mode
 from responder.schedulers.slurm import watchdog
+
+if TYPE_CHECKING:
+    from responder.store.sql import SqlStore
 
 DEFAULT_URL = "http://127.0.0.1:9480"
 
@@ -53,11 +56,14 @@ def register(sub: Any) -> None:
     decisions = sub.add_parser(
         "decisions",
         help="query the audit trail",
-        description="List audit records (newest first) from a running responder, or straight from its store.",
+        description="List audit records (newest first) from a running responder, or straight from its store: "
+        "a SQLite file (--db) or the PostgreSQL database replicas share (--store-url, read in a read-only "
+        "session; the password comes from PGPASSWORD or PGPASSFILE, never the URL).",
     )
     source = decisions.add_mutually_exclusive_group()
     source.add_argument("--url", help=f"responder URL (default $TRAINGUARD_URL or {DEFAULT_URL})")
     source.add_argument("--db", type=Path, help="read the SQLite store directly instead (read-only use)")
+    source.add_argument("--store-url", help="read a PostgreSQL store directly instead: postgresql://user@host:port/db")
     decisions.add_argument("--cluster")
     decisions.add_argument("--workload")
     decisions.add_argument("--action", help="requeue, requeue_excluding, stop, drain_node, none, ...")
@@ -186,7 +192,7 @@ def _detail(response: httpx.Response) -> str:
 
 
 def _decisions(args: argparse.Namespace) -> int:
-    if args.db is not None:
+    if args.db is not None or args.store_url is not None:
         return _decisions_from_store(args)
     params = {k: v for k in ("cluster", "workload", "action", "mode", "since") if (v := getattr(args, k))}
     params["limit"] = str(args.limit)
@@ -201,15 +207,42 @@ def _decisions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open_store(args: argparse.Namespace) -> SqlStore | int:
+    """The store ``--db`` or ``--store-url`` names, or the exit code: 2 a bad argument, 1 unreadable."""
+    if args.db is not None:
+        from responder.store.sqlite import SqliteStore  # noqa: PLC0415
+
+        if not args.db.exists():
+            print(f"trainguard decisions: no store at {args.db}", file=sys.stderr)
+            return 2
+        return SqliteStore(args.db)
+    from responder.store.config import postgres_url  # noqa: PLC0415
+
+    try:
+        url = postgres_url(args.store_url, "--store-url")
+        import psycopg  # noqa: PLC0415 - psycopg only for --store-url
+
+        from responder.store.postgres import PostgresStore  # noqa: PLC0415
+    except ImportError:
+        print("trainguard decisions: --store-url needs psycopg: pip install 'trainguard[postgres]'", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"trainguard decisions: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return PostgresStore(url, busy_timeout_s=10.0, read_only=True)
+    except (psycopg.Error, RuntimeError) as exc:  # out of reach, refused, or no trainguard store there
+        print(f"trainguard decisions: cannot read {url}: {exc}", file=sys.stderr)
+        return 1
+
+
 def _decisions_from_store(args: argparse.Namespace) -> int:
     from responder.clock import parse_rfc3339  # noqa: PLC0415
     from responder.store import RecordQuery  # noqa: PLC0415
-    from responder.store.sqlite import SqliteStore  # noqa: PLC0415
 
-    if not args.db.exists():
-        print(f"trainguard decisions: no store at {args.db}", file=sys.stderr)
-        return 2
-    store = SqliteStore(args.db)
+    store = _open_store(args)
+    if isinstance(store, int):
+        return store
     try:
         if args.id:
             record = store.record(args.id)

@@ -8,7 +8,6 @@ its fence (what makes two replicas on one database safe).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,35 +29,13 @@ from responder.store import RecordQuery
 from responder.store.config import StoreSettings
 from responder.store.sql import SqlStore
 from responder.store.sqlite import SqliteStore
-from tests.services import unavailable
+from tests import pg
 from trainguard.lab.payloads import alert, nccl_storm_with_xid, notification
-
-_databases = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Any]:
-    try:
-        import psycopg  # noqa: F401, PLC0415
-    except ImportError:
-        unavailable("psycopg not installed: pip install 'trainguard[postgres]'")
-    from trainguard.lab.postgres import server_bin, start_postgres  # noqa: PLC0415
-
-    if server_bin() is None:
-        unavailable("PostgreSQL not found: apt-get install postgresql")
-    server = start_postgres()
-    yield server
-    server.stop()
-
-
-def _fresh_database(server: Any) -> str:
-    import psycopg  # noqa: PLC0415
-
-    name = f"contract_{next(_databases)}"
-    with psycopg.connect(server.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}".encode())
-    url: str = server.url
-    return url.rsplit("/", 1)[0] + f"/{name}"
+    yield from pg.server()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -73,7 +50,7 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
     else:
         from responder.store.postgres import PostgresStore  # noqa: PLC0415
 
-        url = _fresh_database(request.getfixturevalue("postgres"))
+        url = pg.fresh_database(request.getfixturevalue("postgres"))
 
         def build() -> SqlStore:
             opened.append(PostgresStore(url))
@@ -221,7 +198,7 @@ def test_two_writers_decide_an_incident_once(open_store: Callable[[], SqlStore])
 @pytest.fixture
 def pg_url(postgres: Any) -> str:
     """A fresh database; the tests that use it are marked ``postgres`` below."""
-    return _fresh_database(postgres)
+    return pg.fresh_database(postgres)
 
 
 @pytest.mark.postgres

@@ -30,16 +30,7 @@ class StoreSettings(BaseModel):
     @field_validator("url")
     @classmethod
     def _postgres_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("postgresql", "postgres"):
-            raise ValueError(f"store.url must be postgresql://..., not {parts.scheme or value!r}")
-        if parts.password:
-            raise ValueError("store.url must not hold a password: set PGPASSFILE or PGPASSWORD")
-        if not parts.path.strip("/"):
-            raise ValueError("store.url must name the database: postgresql://user@host:port/DBNAME")
-        return value
+        return None if value is None else postgres_url(value)
 
     @model_validator(mode="after")
     def _renew_within_lease(self) -> Self:
@@ -49,3 +40,15 @@ class StoreSettings(BaseModel):
             raise ValueError(f"store.renew_s ({self.renew_s:g}) must be at most a third of store.lease_s "
                              f"({self.lease_s:g}): a renewal may fail twice before the lease is lost")  # fmt: skip
         return self
+
+
+def postgres_url(value: str, name: str = "store.url") -> str:
+    """``value`` if it is a PostgreSQL URL that names a database and holds no password; else ValueError."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"{name} must be postgresql://..., not {parts.scheme or value!r}")
+    if parts.password:
+        raise ValueError(f"{name} must not hold a password: set PGPASSFILE or PGPASSWORD")
+    if not parts.path.strip("/"):
+        raise ValueError(f"{name} must name the database: postgresql://user@host:port/DBNAME")
+    return value

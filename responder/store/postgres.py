@@ -28,6 +28,9 @@ from responder.store.schema import SCHEMA, SCHEMA_VERSION
 from responder.store.sql import Connection, Cursor, SqlStore, load_record
 
 LEASE_NAME = "decisions"
+# Retention's one statement of its own here: claims of a past term are never read (a claim counts for its term).
+STALE_CLAIMS = ("DELETE FROM action_claims WHERE claimed_at < ?"
+                " AND term < (SELECT term FROM leader WHERE name = 'decisions')")  # fmt: skip
 # Serializes schema creation when replicas start together (CREATE ... IF NOT EXISTS races in PostgreSQL).
 _SCHEMA_LOCK = 0x7472_6764_0000_0002
 
@@ -56,10 +59,10 @@ def postgres_schema() -> str:
     return script + _HA_SCHEMA
 
 
-class _Placeholders:
-    """A psycopg connection that takes the shared statements' ``?`` placeholders."""
+class Placeholders:
+    """A psycopg connection that takes the shared statements' ``?`` placeholders (retention's too)."""
 
-    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> Cursor:
@@ -74,25 +77,37 @@ class PostgresStore(SqlStore):
     """Every store of ``responder.store`` on PostgreSQL. Thread-safe: one connection behind a lock.
 
     A broken connection (the server restarted) is replaced at the next call. ``busy_timeout_s`` bounds
-    this object's lock and every statement (``statement_timeout``, ``lock_timeout``).
+    this object's lock and every statement (``statement_timeout``, ``lock_timeout``). ``read_only``
+    (``trainguard decisions --store-url``): the server refuses every write of this connection, and a
+    database without the schema is refused rather than given one.
     """
 
     _SEQUENCE = "seq"
     _SIGNALS = "string_agg(DISTINCT a.labels::json ->> 'category', ',')"
     _HOST = "a.labels::json ->> 'host'"
 
-    def __init__(self, url: str, busy_timeout_s: float = 2.0, connect_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, url: str, busy_timeout_s: float = 2.0, connect_timeout_s: float = 5.0, *, read_only: bool = False
+    ) -> None:
         self.url = url
         self.busy_timeout_s = busy_timeout_s
         self.connect_timeout_s = connect_timeout_s
+        self.read_only = read_only
         # The lease term granted to this process; None: no lease (a lone writer: tools, tests), no fence.
         self.fence_term: int | None = None
         self._lock = threading.RLock()
         self._conn = self._connect()
-        with self._conn.transaction():
-            self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            self._conn.execute(postgres_schema())
-            self._check_version(self._conn)
+        try:
+            if read_only:
+                self._check_readable(self._conn)
+            else:
+                with self._conn.transaction():
+                    self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                    self._conn.execute(postgres_schema())
+                    self._check_version(self._conn)
+        except BaseException:
+            self._conn.close()  # a store refused (no schema, a newer one) leaves no session behind
+            raise
 
     def _connect(self) -> psycopg.Connection[dict[str, Any]]:
         ms = int(self.busy_timeout_s * 1000)
@@ -101,9 +116,20 @@ class PostgresStore(SqlStore):
             autocommit=True,
             row_factory=dict_row,
             connect_timeout=max(1, round(self.connect_timeout_s)),
-            options=f"-c statement_timeout={ms} -c lock_timeout={ms}",
+            options=f"-c statement_timeout={ms} -c lock_timeout={ms}"
+            + (" -c default_transaction_read_only=on" if self.read_only else ""),
             application_name="trainguard",
         )
+
+    @staticmethod
+    def _check_readable(conn: psycopg.Connection[dict[str, Any]]) -> None:
+        """Raise unless the database holds a trainguard store this version can read."""
+        row = conn.execute("SELECT to_regclass('meta') IS NOT NULL AS present").fetchone()
+        if row is None or not row["present"]:
+            raise RuntimeError("no trainguard store in this database (no table meta)")
+        version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if version is not None and int(version["value"]) > SCHEMA_VERSION:
+            raise RuntimeError(f"schema version {version['value']} is newer than this trainguard ({SCHEMA_VERSION})")
 
     def _check_version(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -134,7 +160,7 @@ class PostgresStore(SqlStore):
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
         with self._locked() as conn, conn.transaction():
-            yield _Placeholders(conn)
+            yield Placeholders(conn)
 
     def _query(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         with self._locked() as conn:
