@@ -96,7 +96,7 @@ def churn_windows(lines_path: Path, width_s: float = 600) -> list[dict[str, Any]
     trials = [r for r in records if r["type"] == "trial" and r["latency_s"] is not None]
     samples = [r for r in records if r["type"] == "sample"]
     out = []
-    end = max((r["t_s"] for r in records), default=0.0)
+    end = max((r["t_s"] for r in records if "t_s" in r), default=0.0)  # the run's config line has none
     start = 0.0
     while start < end:
         xs = [r["latency_s"] for r in trials if start <= r["t_s"] < start + width_s]
