@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,13 +242,15 @@ def summarize(lines_path: Path, minutes: float) -> dict[str, Any]:
     trials = [r for r in records if r["type"] == "trial"]
     span = max((r["t_s"] for r in trials), default=0.0)
 
-    def p50(lo: float, hi: float) -> float | None:
+    def window(lo: float, hi: float, stat: Callable[[list[float]], float]) -> float | None:
         xs = [r["latency_s"] for r in trials if lo <= r["t_s"] < hi and r["latency_s"] is not None]
-        return round(statistics.median(xs), 3) if xs else None
+        return round(stat(xs), 3) if xs else None
+
+    def p50(lo: float, hi: float) -> float | None:
+        return window(lo, hi, statistics.median)
 
     def mean(lo: float, hi: float) -> float | None:
-        xs = [r["latency_s"] for r in trials if lo <= r["t_s"] < hi and r["latency_s"] is not None]
-        return round(statistics.mean(xs), 3) if xs else None
+        return window(lo, hi, statistics.mean)
 
     first, last = p50(0, 600), p50(span - 600, span + 1)
     return {
