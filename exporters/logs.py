@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from exporters.linecount import count_newlines
+
 log = logging.getLogger("trainguard.exporter")
 
 READ_SIZE: Final = 1 << 20
@@ -156,7 +158,7 @@ class LogSource:
         if len(f.partial) > MAX_PARTIAL:  # a runaway line: take it as it is, keep memory bounded
             complete, f.partial = complete + f.partial + b"\n", b""
         if complete:
-            n = complete.count(b"\n")
+            n = count_newlines(complete)
             f.lines += n
             self.stats.lines += n
             self.handler(f, complete)

@@ -19,6 +19,7 @@ from typing import Final
 
 from exporters.engines import Engine, make_engine
 from exporters.events import Finding, Line, Nvrm, StandaloneElastic, Traceback
+from exporters.linecount import count_newlines
 from exporters.rows import Pattern
 from exporters.tokens import PREFIX, line_tokens
 from exporters.unwrap import Unwrapper
@@ -281,13 +282,13 @@ class _Walk:
 
     def total_lines(self) -> int:
         """Lines in the buffer (counting on from the last line number asked for)."""
-        return self._count + self.buf.count(b"\n", self._count_pos)
+        return self._count + count_newlines(self.buf, self._count_pos)
 
     def number(self, start: int) -> int:
         """1-based input line number of the line starting at ``start`` (queries in increasing order)."""
         if start < self._count_pos:
             self._count_pos, self._count = 0, 0
-        self._count += self.buf.count(b"\n", self._count_pos, start)
+        self._count += count_newlines(self.buf, self._count_pos, start)
         self._count_pos = start
         index = self._count if self.origin is None else self.origin[self._count]
         return self.base + index + 1
@@ -319,7 +320,7 @@ class _Walk:
         stop, lines = run_end(self.buf, end, self._prev_key, self.sc.run_regex(self._prev_key))
         self._prev.count += lines
         if lines and self._count_pos <= end:  # the line numbers count on past the run without a second pass
-            self._count += self.buf.count(b"\n", self._count_pos, end) + lines
+            self._count += count_newlines(self.buf, self._count_pos, end) + lines
             self._count_pos = stop
         self.pos = max(self.pos, stop)
         if lines and stop == len(self.buf):
