@@ -57,9 +57,10 @@ def test_every_line_has_the_documented_fields() -> None:
 # so that no change to the catalog or the scanner makes detection on real logs worse unnoticed. They went
 # down when two fresh samples of 120 and 121 cases (files *2.jsonl) joined and 127 of them fell in this half,
 # and again when a third of 240 (files *3.jsonl, 122 here) joined: its benign excerpts raised the false alarms
-# above the 0.05 (its healthy runs print real error lines: scancel, expected kills, retried workers).
-REGRESSION_FLOORS = {"recall": 0.80, "category_accuracy": 0.61}
-BENIGN_FALSE_ALARMS_CEILING = 0.075
+# above the 0.05 (its healthy runs print real error lines: scancel, expected kills, retried workers);
+# and when a fourth of 217 (files *4.jsonl, 107 here; many from vendor docs and training logbooks) joined.
+REGRESSION_FLOORS = {"recall": 0.76, "category_accuracy": 0.59}
+BENIGN_FALSE_ALARMS_CEILING = 0.085
 
 
 @pytest.mark.parametrize("engine", ["hyperscan", "re"])
