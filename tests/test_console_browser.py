@@ -138,7 +138,8 @@ class Browser:
         wait_until(lambda: self.location() == url, 15, what=f"the browser to load {url}")
 
     def text(self) -> str:
-        return str(self.evaluate("document.body.innerText"))
+        """The page's text; empty while a navigation (a submitted form) has no body yet, so polls go on."""
+        return str(self.evaluate("document.body ? document.body.innerText : ''"))
 
     def click(self, selector: str) -> None:
         box = self.evaluate(

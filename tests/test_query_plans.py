@@ -19,7 +19,8 @@ GROWING = ("alerts", "incidents", "records", "implications", "notifications", "r
 
 
 def _plan(r: Responder, sql: str) -> list[str]:
-    return [row[3] for row in r.store._db.execute(f"EXPLAIN QUERY PLAN {sql}")]
+    with r.store._locked() as conn:  # the app's own decision loop shares this connection
+        return [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
 
 
 def test_no_hot_query_scans_a_growing_table(make_responder: Callable[..., Responder]) -> None:

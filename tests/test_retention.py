@@ -62,7 +62,8 @@ def test_old_history_is_exported_then_deleted_and_the_file_shrinks(
     clock.advance(10 * DAY)
     _history(r, clock, 5, first=5000)
     db = cast(Settings, r.engine.settings).db_path
-    r.store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with r.store._locked() as conn:  # the app's own decision loop shares this connection
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     before = _size(db)
     export = tmp_path / "archive" / "records.jsonl"
 
@@ -85,7 +86,8 @@ def test_max_records_keeps_the_newest_and_never_a_pending_one(make_responder: Ca
     _history(r, clock, 20)
     clock.advance(60)
     _history(r, clock, 5, first=3000)
-    r.store._db.execute("UPDATE records SET outcome='pending' WHERE workload='1000'")
+    with r.store._locked() as conn:
+        conn.execute("UPDATE records SET outcome='pending' WHERE workload='1000'")
 
     prune(cast(Settings, r.engine.settings).db_path, RetentionSettings(max_records=5), clock.now())
 
