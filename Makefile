@@ -67,6 +67,8 @@ demo-replay: install  ## no root needed: replay recorded incidents through a rea
 bench: install-lab  ## all benchmarks; JSON and reports under bench/results/ (about an hour)
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python bench/reliability.py
+	$(BIN)/python bench/corpus.py
+	$(BIN)/python bench/corpus_fresh.py
 	$(BIN)/python bench/scan.py
 	$(BIN)/python bench/slurm_action.py --trials 10
 	$(BIN)/python bench/detection.py --trials 20

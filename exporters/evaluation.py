@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from exporters.patterns import Matcher, load_catalog
 from exporters.patterns_cli import scan_stream
+from exporters.rows import Pattern
 from trainguard.vocabulary import LOG_CATEGORIES
 
 CATEGORIES: Final = LOG_CATEGORIES
@@ -181,10 +182,13 @@ def mistakes(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
     return wrong
 
 
-def catalog_scanner(engine: str = "auto") -> tuple[Scanner, dict[str, int], str, int]:
-    """(scanner, precedence, engine name, rows) for the installed catalog, through the very function that
-    ``trainguard patterns scan`` writes its JSON lines with. ``engine``: ``auto``, ``hyperscan`` or ``re``."""
-    catalog = load_catalog()
+def catalog_scanner(
+    engine: str = "auto", catalog: list[Pattern] | None = None
+) -> tuple[Scanner, dict[str, int], str, int]:
+    """(scanner, precedence, engine name, rows) for the installed catalog (or ``catalog``, e.g. an older one
+    out of git), through the very function that ``trainguard patterns scan`` writes its JSON lines with.
+    ``engine``: ``auto``, ``hyperscan`` or ``re``."""
+    catalog = load_catalog() if catalog is None else catalog
     matcher = Matcher(catalog, None if engine == "auto" else engine)
 
     def scan(text: str) -> list[ScanObject]:

@@ -71,3 +71,15 @@ def test_catalog_does_not_fall_below_its_measured_figures_on_the_reporting_half(
     assert figures["benign_false_alarms"] <= BENIGN_FALSE_ALARMS_CEILING, figures
     for name, floor in REGRESSION_FLOORS.items():
         assert figures[name] >= floor, (name, figures[name], figures["confusion"])
+
+
+def test_every_fresh_sample_file_names_the_catalog_that_first_scored_it() -> None:
+    """The honest estimate (docs/patterns.md) is only checkable if bench/corpus_fresh.py knows, for every file
+    that came in as a fresh sample (``*2.jsonl`` and later), which commit's catalog scored it before use."""
+    from bench.corpus_fresh import SAMPLES  # noqa: PLC0415 - the bench's table, read only here
+
+    listed = [stem for sample in SAMPLES for stem in sample.files]
+    assert len(listed) == len(set(listed)), "a file in two samples"
+    fresh = {p.stem for p in CORPUS.glob("*.jsonl") if p.stem[-1].isdigit()}
+    assert fresh == set(listed)
+

@@ -1,0 +1,114 @@
+"""The fresh samples, re-scored with the catalogs they were first scored with, from git history.
+
+    .venv/bin/python bench/corpus_fresh.py       # bench/results/corpus-fresh.json (needs the git history)
+
+Each fresh sample was gathered by people who did not run the catalog, scored once with the catalog of the
+day, and only then joined the corpus (both halves) and had rows written from its tuning half. Those first
+scores are the honest estimate for logs nobody has seen (docs/patterns.md). This script makes them
+checkable: it takes each recorded commit's ``patterns.csv`` and ``xid_catalog.csv`` out of git and scores
+the sample's corpus files with them, through today's scanner. Two things make a figure differ a little from
+the one first measured: cases dropped later for repeating another case's text, and scanner changes since.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from exporters.catalog import load_catalog
+from exporters.evaluation import CATEGORIES, catalog_scanner, load_corpus, run, score
+from exporters.rows import Pattern
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "data" / "corpus"
+RESULTS = ROOT / "bench" / "results"
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    files: tuple[str, ...]  # corpus file stems
+    before: str  # the commit whose catalog scored it before any row was written from it
+    also: tuple[str, ...] = ()  # later catalogs it was scored with, still before its own rows
+
+
+SAMPLES: tuple[Sample, ...] = (
+    Sample("1", ("gpu2", "network2", "app2"), "600080d"),
+    Sample("2 (hpc)", ("hpc2",), "05742fc"),
+    Sample("2 (cloud, frameworks)", ("cloud2", "frameworks2"), "21e976a"),
+    Sample("3", ("gpu3", "network3", "node3", "app3", "dist3", "cluster3"), "40d5242"),
+    Sample("4", ("gpu4", "network4", "node4", "app4", "infer4", "forum4"), "40d5242", ("a96acf4",)),
+    Sample("5", ("docs5", "hpc5", "logbook5", "chronicles5"), "7e8e0ad", ("40d5242", "a96acf4")),
+)
+
+
+def catalog_at(commit: str, workdir: Path) -> list[Pattern]:
+    """The catalog as ``commit`` shipped it (patterns and Xid table), for today's scanner."""
+    out = workdir / commit
+    out.mkdir(exist_ok=True)
+    for name in ("patterns.csv", "xid_catalog.csv"):
+        text = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{commit}:exporters/{name}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        (out / name).write_text(text, encoding="utf-8")
+    return load_catalog(out / "patterns.csv", out / "xid_catalog.csv")
+
+
+def _figures(catalog: list[Pattern], files: Sequence[str]) -> dict[str, Any]:
+    cases = load_corpus([CORPUS / f"{stem}.jsonl" for stem in files])
+    scan, precedence, _engine, _rows = catalog_scanner("auto", catalog)
+    s = score(run(cases, scan, precedence))
+    keep = ("cases", "failing", "benign", "recall", "category_accuracy", "benign_false_alarms", "confusion")
+    out = {k: s[k] for k in keep}
+    out["rows"] = len(catalog)
+    out["per_category_recall"] = {c: s["per_category"][c]["recall"] for c in CATEGORIES}
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=RESULTS / "corpus-fresh.json")
+    args = parser.parse_args(argv)
+    samples = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cache: dict[str, list[Pattern]] = {}
+        for sample in SAMPLES:
+            scored = {}
+            for commit in (sample.before, *sample.also):
+                if commit not in cache:
+                    cache[commit] = catalog_at(commit, Path(tmp))
+                scored[commit] = _figures(cache[commit], sample.files)
+            first = scored[sample.before]
+            print(
+                f"sample {sample.name}: {first['cases']} cases, catalog {sample.before} ({first['rows']} rows): "
+                f"recall {first['recall']}, category accuracy {first['category_accuracy']}, "
+                f"benign false alarms {first['benign_false_alarms']}",
+                file=sys.stderr,
+            )
+            samples.append(
+                {"sample": sample.name, "files": list(sample.files), "before": sample.before, "scores": scored}
+            )
+    result = {
+        "benchmark": "corpus-fresh",
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "samples": samples,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
