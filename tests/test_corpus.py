@@ -82,4 +82,3 @@ def test_every_fresh_sample_file_names_the_catalog_that_first_scored_it() -> Non
     assert len(listed) == len(set(listed)), "a file in two samples"
     fresh = {p.stem for p in CORPUS.glob("*.jsonl") if p.stem[-1].isdigit()}
     assert fresh == set(listed)
-
