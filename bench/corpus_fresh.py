@@ -37,7 +37,7 @@ class Sample:
     name: str
     files: tuple[str, ...]  # corpus file stems
     before: str  # the commit whose catalog scored it before any row was written from it
-    also: tuple[str, ...] = ()  # later catalogs it was scored with, still before its own rows
+    also: tuple[str, ...] = ()  # other catalogs it was scored with, all before its own rows were written
 
 
 SAMPLES: tuple[Sample, ...] = (

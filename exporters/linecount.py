@@ -11,8 +11,9 @@ try:
 except ImportError:  # pragma: no cover - numpy is a declared dependency; this keeps a broken install working
     np = None  # type: ignore[assignment]
 
-# below this, numpy's call overhead costs more than ``bytes.count``'s loop
-_NUMPY_FROM = 16 * 1024
+# below this, numpy's call overhead costs more than ``bytes.count``'s loop (measured: even at 4 KiB,
+# 2.3 us each; at 16 KiB numpy takes 3.4 us and bytes.count 9.0 us)
+_NUMPY_FROM = 4 * 1024
 
 
 def count_newlines(buf: bytes, start: int = 0, end: int | None = None) -> int:
