@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from exporters.catalog import load_catalog
-from exporters.evaluation import CATEGORIES, catalog_scanner, load_corpus, run, score
-from exporters.rows import Pattern
+from exporters.evaluation import CATEGORIES, Scanner, catalog_scanner, load_corpus, run, score
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "data" / "corpus"
@@ -40,6 +39,13 @@ class Sample:
     also: tuple[str, ...] = ()  # other catalogs it was scored with, all before its own rows were written
 
 
+@dataclass(frozen=True)
+class Scanned:
+    scan: Scanner
+    precedence: dict[str, int]
+    rows: int
+
+
 SAMPLES: tuple[Sample, ...] = (
     Sample("1", ("gpu2", "network2", "app2"), "600080d"),
     Sample("2 (hpc)", ("hpc2",), "05742fc"),
@@ -50,8 +56,8 @@ SAMPLES: tuple[Sample, ...] = (
 )
 
 
-def catalog_at(commit: str, workdir: Path) -> list[Pattern]:
-    """The catalog as ``commit`` shipped it (patterns and Xid table), for today's scanner."""
+def scanner_at(commit: str, workdir: Path) -> Scanned:
+    """Today's scanner over the catalog as ``commit`` shipped it (patterns and Xid table)."""
     out = workdir / commit
     out.mkdir(exist_ok=True)
     for name in ("patterns.csv", "xid_catalog.csv"):
@@ -62,16 +68,18 @@ def catalog_at(commit: str, workdir: Path) -> list[Pattern]:
             check=True,
         ).stdout
         (out / name).write_text(text, encoding="utf-8")
-    return load_catalog(out / "patterns.csv", out / "xid_catalog.csv")
+    scan, precedence, _engine, rows = catalog_scanner(
+        "auto", load_catalog(out / "patterns.csv", out / "xid_catalog.csv")
+    )
+    return Scanned(scan, precedence, rows)
 
 
-def _figures(catalog: list[Pattern], files: Sequence[str]) -> dict[str, Any]:
+def _figures(scanned: Scanned, files: Sequence[str]) -> dict[str, Any]:
     cases = load_corpus([CORPUS / f"{stem}.jsonl" for stem in files])
-    scan, precedence, _engine, _rows = catalog_scanner("auto", catalog)
-    s = score(run(cases, scan, precedence))
+    s = score(run(cases, scanned.scan, scanned.precedence))
     keep = ("cases", "failing", "benign", "recall", "category_accuracy", "benign_false_alarms", "confusion")
     out = {k: s[k] for k in keep}
-    out["rows"] = len(catalog)
+    out["rows"] = scanned.rows
     out["per_category_recall"] = {c: s["per_category"][c]["recall"] for c in CATEGORIES}
     return out
 
@@ -82,12 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     samples = []
     with tempfile.TemporaryDirectory() as tmp:
-        cache: dict[str, list[Pattern]] = {}
+        cache: dict[str, Scanned] = {}  # one compiled catalog per commit, for every sample it scores
         for sample in SAMPLES:
             scored = {}
             for commit in (sample.before, *sample.also):
                 if commit not in cache:
-                    cache[commit] = catalog_at(commit, Path(tmp))
+                    cache[commit] = scanner_at(commit, Path(tmp))
                 scored[commit] = _figures(cache[commit], sample.files)
             first = scored[sample.before]
             print(
