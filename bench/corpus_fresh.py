@@ -53,6 +53,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("3", ("gpu3", "network3", "node3", "app3", "dist3", "cluster3"), "40d5242"),
     Sample("4", ("gpu4", "network4", "node4", "app4", "infer4", "forum4"), "40d5242", ("a96acf4",)),
     Sample("5", ("docs5", "hpc5", "logbook5", "chronicles5"), "7e8e0ad", ("40d5242", "a96acf4")),
+    Sample("6", ("app6", "benign6", "cloud6", "dist6", "gpu6", "mixed6", "network6", "node6"), "c880510"),
 )
 
 
