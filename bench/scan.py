@@ -14,7 +14,8 @@ Writes bench/results/scan.json. The generated logs live in a temporary directory
    "End to end" is the whole ``patterns scan`` loop (reading, line numbers, events, findings);
    "engine only" is the matching of the whole file in memory.
 2. A real ``trainguard exporter`` process follows a log written at 100 KB/s and is scraped every second;
-   its CPU time over the window is reported as a percentage of one core.
+   its CPU time over the window is reported as a percentage of one core: once scraped on one kept HTTP/1.1
+   connection, as Prometheus scrapes, and once with a new connection for every scrape.
 3. The same exporter follows a file that receives 800,000 identical-but-for-the-timestamp XID lines in
    one write; the time from that write to the first scrape (every 50 ms) that shows all of them counted,
    the exporter's CPU, peak RSS (VmHWM) before and after and the number of series are reported.
@@ -276,11 +277,23 @@ class ExporterProcess:
             self.proc.wait()
 
 
-def bench_cpu(workdir: Path, seconds: float, rate: int = 100_000) -> dict[str, Any]:
+def bench_cpu(workdir: Path, seconds: float, rate: int = 100_000, keep_connection: bool = True) -> dict[str, Any]:
+    """The exporter's CPU while it follows a log written at ``rate`` and is scraped every second: on one kept
+    HTTP/1.1 connection as Prometheus scrapes (``keep_connection``), or on a new connection per scrape."""
+    import httpx  # noqa: PLC0415 - only the exporter parts of the bench need it
+
     source = (workdir / "mixed.log").read_bytes()[: rate * int(seconds + 5)]
-    exp = ExporterProcess(workdir / "cpu")
+    exp = ExporterProcess(workdir / f"cpu-{'kept' if keep_connection else 'new'}")
+    client = httpx.Client(timeout=5) if keep_connection else None
+
+    def scrape() -> None:
+        if client is None:
+            _scrape(exp.port)
+        else:
+            client.get(f"http://127.0.0.1:{exp.port}/metrics")
+
     try:
-        log = workdir / "cpu" / "logs" / "train.log"
+        log = workdir / f"cpu-{'kept' if keep_connection else 'new'}" / "logs" / "train.log"
         with log.open("ab", buffering=0) as f:
             time.sleep(1.0)
             cpu0, t0 = _proc_cpu(exp.proc.pid), time.monotonic()
@@ -292,7 +305,7 @@ def bench_cpu(workdir: Path, seconds: float, rate: int = 100_000) -> dict[str, A
                 f.write(source[pos : pos + chunk])
                 pos += chunk
                 if int((nxt - t0) / 1.0) != int((nxt + tick - t0) / 1.0):
-                    _scrape(exp.port)  # a 1 s scrape interval, as the fast detection profile uses
+                    scrape()  # a 1 s scrape interval, as the fast detection profile uses
                 nxt += tick
                 time.sleep(max(0.0, nxt - time.monotonic()))
             time.sleep(1.5)
@@ -301,8 +314,11 @@ def bench_cpu(workdir: Path, seconds: float, rate: int = 100_000) -> dict[str, A
         text = _scrape(exp.port)
         read = _value(text, "trainguard_exporter_log_bytes_total")
     finally:
+        if client is not None:
+            client.close()
         exp.stop()
     return {
+        "scrape_connection": "kept (HTTP/1.1, as Prometheus)" if keep_connection else "new per scrape",
         "log_rate_bytes_per_s": rate,
         "window_s": round(wall, 1),
         "bytes_read": int(read),
@@ -386,6 +402,8 @@ def main() -> int:
         print(json.dumps(scan), flush=True)
         cpu = bench_cpu(workdir, window)
         print(json.dumps(cpu), flush=True)
+        cpu_new = bench_cpu(workdir, window, keep_connection=False)
+        print(json.dumps(cpu_new), flush=True)
         fl = bench_flood(workdir, flood)
         print(json.dumps(fl), flush=True)
     result = {
@@ -396,6 +414,7 @@ def main() -> int:
         "log": gen,
         "scan": scan,
         "cpu_at_100kb_per_s": cpu,
+        "cpu_at_100kb_per_s_new_connection_per_scrape": cpu_new,
         "flood": fl,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

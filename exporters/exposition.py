@@ -6,6 +6,10 @@ line matches, and formatting them at every scrape was most of the exporter's CPU
 The body is byte for byte what prometheus_client renders for the same collectors in the same order, in the
 format the scraper asks for (text or OpenMetrics, content negotiation and gzip by prometheus_client's own
 rules; gzip at level 1, a quarter of the default's CPU for a few hundred bytes more).
+
+The server speaks HTTP/1.1 and keeps the connection open between scrapes, as Prometheus's scraper expects:
+a scrape on a kept connection costs no TCP set-up, accept or thread start (about half of a scrape's CPU
+on a new connection).
 """
 
 from __future__ import annotations
@@ -13,15 +17,16 @@ from __future__ import annotations
 import gzip
 import socket
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib.parse import parse_qs
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.exposition import ThreadingWSGIServer, choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector, CollectorRegistry
 
 _EOF = b"# EOF\n"  # OpenMetrics ends the whole body with it, once
+KEEPALIVE_IDLE_S = 120  # a kept connection idle this long is closed (the scraper reconnects at its next scrape)
 
 
 class _One:
@@ -65,7 +70,7 @@ class MetricsApp:
             parts.append(_EOF)
         return b"".join(parts)
 
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterator[bytes]:
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         method = environ["REQUEST_METHOD"]
         headers: list[tuple[str, str]] = [("Allow", "OPTIONS,GET")]
         status, output = "200 OK", b""
@@ -86,22 +91,59 @@ class MetricsApp:
             status = "405 Method Not Allowed"
             output = f"# HTTP {status}: {method}; use OPTIONS or GET\n".encode()
         start_response(status, headers)
-        return iter([output])
+        return [output]  # a list of one: wsgiref sets Content-Length from it, which keep-alive needs
 
 
-class _Quiet(WSGIRequestHandler):
+class _Http11(ServerHandler):
+    http_version = "1.1"
+
+
+class _KeepAlive(WSGIRequestHandler):
+    """wsgiref's handler, for HTTP/1.1 requests on a kept connection (wsgiref alone answers one and closes)."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = KEEPALIVE_IDLE_S  # an idle connection does not hold its thread for ever
+
+    def handle(self) -> None:
+        self.close_connection = True
+        self._one()
+        while not self.close_connection:
+            self._one()
+
+    def _one(self) -> None:
+        try:
+            self.raw_requestline = self.rfile.readline(65537)
+        except (TimeoutError, ConnectionError):
+            self.close_connection = True
+            return
+        if not self.raw_requestline or len(self.raw_requestline) > 65536:
+            self.close_connection = True
+            return
+        if not self.parse_request():  # it answered the error and set close_connection
+            return
+        wfile: Any = self.wfile  # a socket writer, as wsgiref passes it (its stubs ask for IO[bytes])
+        handler = _Http11(self.rfile, wfile, self.get_stderr(), self.get_environ(), multithread=False)
+        handler.request_handler = self  # type: ignore[attr-defined]  # wsgiref's back-pointer for logging
+        handler.run(self.server.get_app())  # type: ignore[attr-defined]
+        if (
+            self.command not in ("GET", "OPTIONS")
+            or self.headers.get("Content-Length", "0") != "0"
+            or ("Transfer-Encoding" in self.headers)
+        ):
+            self.close_connection = True  # a body nobody read would be taken for the next request
+
     def log_message(self, format: str, *args: Any) -> None:
         """No access log."""
 
 
 def serve_metrics(app: MetricsApp, port: int, address: str) -> tuple[WSGIServer, threading.Thread]:
-    """Serve ``app`` on a daemon thread, one thread per request (as ``prometheus_client.start_wsgi_server``)."""
+    """Serve ``app`` on a daemon thread, one thread per connection (kept open between scrapes)."""
     family, _, _, _, sockaddr = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
 
     class Server(ThreadingWSGIServer):
         address_family = family
 
-    httpd = make_server(str(sockaddr[0]), port, app, Server, handler_class=_Quiet)
+    httpd = make_server(str(sockaddr[0]), port, app, Server, handler_class=_KeepAlive)
     thread = threading.Thread(target=httpd.serve_forever, name="metrics-http", daemon=True)
     thread.start()
     return httpd, thread

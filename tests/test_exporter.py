@@ -436,6 +436,39 @@ def test_metrics_app_serves_what_prometheus_client_renders(tmp_path: Path, regis
     assert _get(app, method="POST")[0].startswith("405")
 
 
+def test_metrics_server_keeps_the_connection_between_scrapes(tmp_path: Path, registry: CollectorRegistry) -> None:
+    """Scrapes on one HTTP/1.1 connection are answered on it (as Prometheus scrapes); a request with a body,
+    which the server does not read, ends the connection instead of being taken for the next request."""
+    import http.client  # noqa: PLC0415
+
+    from exporters.exposition import MetricsApp, serve_metrics  # noqa: PLC0415
+
+    exp = Exporter(_config(tmp_path), registry)
+    server, _thread = serve_metrics(MetricsApp(exp.collectors, registry), 0, "127.0.0.1")
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+        bodies, sockets = [], []
+        for _ in range(3):
+            conn.request("GET", "/metrics")
+            resp = conn.getresponse()
+            assert resp.status == 200
+            assert resp.version == 11
+            bodies.append(resp.read())
+            sockets.append(conn.sock)
+        assert sockets[0] is not None
+        assert sockets.count(sockets[0]) == 3  # never reconnected
+        assert b"trainguard_exporter_log_lines_total" in bodies[-1]
+        conn.request("POST", "/metrics", body=b"GET /metrics HTTP/1.1\r\n\r\n")
+        resp = conn.getresponse()
+        assert resp.status == 405
+        resp.read()
+        assert conn.sock is None or conn.sock.recv(1) == b""  # closed by the server: the body was not replayed
+        conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_lines_in_open_files_are_read_between_polls(tmp_path: Path, registry: CollectorRegistry) -> None:
     """With a long poll interval, a line appended to a followed file is still counted within a second."""
     import time  # noqa: PLC0415
