@@ -55,6 +55,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("5", ("docs5", "hpc5", "logbook5", "chronicles5"), "7e8e0ad", ("40d5242", "a96acf4")),
     Sample("6", ("app6", "benign6", "cloud6", "dist6", "gpu6", "mixed6", "network6", "node6"), "c880510"),
     Sample("7", ("code7", "coll7", "infra7", "misc7", "sched7"), "a245951", ("c880510",)),
+    Sample("8", ("repos8", "infra8"), "15c4b0a", ("a245951",)),
 )
 
 
