@@ -283,7 +283,8 @@ def bench_cpu(workdir: Path, seconds: float, rate: int = 100_000, keep_connectio
     import httpx  # noqa: PLC0415 - only the exporter parts of the bench need it
 
     source = (workdir / "mixed.log").read_bytes()[: rate * int(seconds + 5)]
-    exp = ExporterProcess(workdir / f"cpu-{'kept' if keep_connection else 'new'}")
+    home = workdir / ("cpu-kept" if keep_connection else "cpu-new")
+    exp = ExporterProcess(home)
     client = httpx.Client(timeout=5) if keep_connection else None
 
     def scrape() -> None:
@@ -293,7 +294,7 @@ def bench_cpu(workdir: Path, seconds: float, rate: int = 100_000, keep_connectio
             client.get(f"http://127.0.0.1:{exp.port}/metrics")
 
     try:
-        log = workdir / f"cpu-{'kept' if keep_connection else 'new'}" / "logs" / "train.log"
+        log = home / "logs" / "train.log"
         with log.open("ab", buffering=0) as f:
             time.sleep(1.0)
             cpu0, t0 = _proc_cpu(exp.proc.pid), time.monotonic()

@@ -116,7 +116,12 @@ class _KeepAlive(WSGIRequestHandler):
         except (TimeoutError, ConnectionError):
             self.close_connection = True
             return
-        if not self.raw_requestline or len(self.raw_requestline) > 65536:
+        if len(self.raw_requestline) > 65536:  # as wsgiref answers it
+            self.requestline, self.request_version, self.command = "", "", ""
+            self.send_error(414)
+            self.close_connection = True
+            return
+        if not self.raw_requestline:  # the scraper closed the connection
             self.close_connection = True
             return
         if not self.parse_request():  # it answered the error and set close_connection

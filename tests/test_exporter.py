@@ -438,8 +438,10 @@ def test_metrics_app_serves_what_prometheus_client_renders(tmp_path: Path, regis
 
 def test_metrics_server_keeps_the_connection_between_scrapes(tmp_path: Path, registry: CollectorRegistry) -> None:
     """Scrapes on one HTTP/1.1 connection are answered on it (as Prometheus scrapes); a request with a body,
-    which the server does not read, ends the connection instead of being taken for the next request."""
+    which the server does not read, ends the connection instead of being taken for the next request; an
+    over-long request line gets 414."""
     import http.client  # noqa: PLC0415
+    import socket  # noqa: PLC0415
 
     from exporters.exposition import MetricsApp, serve_metrics  # noqa: PLC0415
 
@@ -464,6 +466,9 @@ def test_metrics_server_keeps_the_connection_between_scrapes(tmp_path: Path, reg
         resp.read()
         assert conn.sock is None or conn.sock.recv(1) == b""  # closed by the server: the body was not replayed
         conn.close()
+        with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=10) as raw:
+            raw.sendall(b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n")
+            assert raw.recv(64).startswith(b"HTTP/1.1 414")  # an over-long request line, answered as wsgiref does
     finally:
         server.shutdown()
         server.server_close()
