@@ -31,8 +31,9 @@ SYMPTOMS = frozenset({"collective_timeout", "crash"})
 # a dead rank makes every survivor report a broken socket or a remote error. They are symptoms, like
 # collective timeouts, and never implicate the host that printed them.
 SYMPATHETIC_PATTERNS = frozenset(
-    {"nccl_remote_error", "nccl_socket_error", "rendezvous_error", "tcpstore_socket_timeout", "sigkill"}
-)
+    {"nccl_remote_error", "nccl_socket_error", "gloo_connection_lost", "rendezvous_error", "tcpstore_socket_timeout",
+     "sigkill"}
+)  # fmt: skip
 # Catalog rows that say a rank failed but not why (the catch-all exception row, a launcher's failure
 # summary, a task's exit code, an abort): every rank of a job prints them when one peer dies, so they are
 # symptoms too. They make detection broad without turning a node's fault into "the application's error".
