@@ -56,6 +56,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("6", ("app6", "benign6", "cloud6", "dist6", "gpu6", "mixed6", "network6", "node6"), "c880510"),
     Sample("7", ("code7", "coll7", "infra7", "misc7", "sched7"), "a245951", ("c880510",)),
     Sample("8", ("repos8", "infra8"), "15c4b0a", ("a245951",)),
+    Sample("9", ("app9", "fw9", "gpu9", "hang9", "host9", "mix9", "net9"), "101abc1", ("08ac358",)),
 )
 
 
