@@ -58,6 +58,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("8", ("repos8", "infra8"), "15c4b0a", ("a245951",)),
     Sample("9", ("app9", "fw9", "gpu9", "hang9", "host9", "mix9", "net9"), "101abc1", ("08ac358",)),
     Sample("10", ("cloud10", "cn10", "hpc10", "ops10", "pre10", "rl10", "torch10"), "e4d34e3", ("101abc1",)),
+    Sample("11", ("core11", "kube11", "serve11"), "bced046", ("e4d34e3", "101abc1")),
 )
 
 
