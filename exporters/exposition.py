@@ -2,7 +2,10 @@
 
 The pattern counters are one series per (identity, catalog row): hundreds of lines that change only when a
 line matches, and formatting them at every scrape was most of the exporter's CPU at rest. A collector with a
-``generation`` (bumped at every change) is formatted again only when it changed; the others at every scrape.
+``generation`` (bumped at every change) is formatted again only when it changed; the others are collected at
+every scrape and formatted again only when their samples differ from the last scrape's (at rest, the
+exporter's own counters and the progress gauges mostly do not). A body equal to the last one is not
+compressed again.
 The body is byte for byte what prometheus_client renders for the same collectors in the same order, in the
 format the scraper asks for (text or OpenMetrics, content negotiation and gzip by prometheus_client's own
 rules; gzip at level 1, a quarter of the default's CPU for a few hundred bytes more).
@@ -39,6 +42,21 @@ class _One:
         return self.collector.collect()
 
 
+class _Fixed:
+    """Metrics already collected, as the registry an encoder formats."""
+
+    def __init__(self, metrics: list[Any]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterable[Any]:
+        return self.metrics
+
+
+def _samples(metrics: list[Any]) -> list[tuple[Any, ...]]:
+    """What an encoder's output depends on: compared (not hashed) with the last scrape's."""
+    return [(m.name, m.type, m.documentation, m.unit, m.samples) for m in metrics]
+
+
 class MetricsApp:
     """The WSGI application: GET any path for the metrics (as prometheus_client serves them)."""
 
@@ -47,6 +65,8 @@ class MetricsApp:
         self.collectors = list(collectors)
         self.registry = registry
         self._cache: dict[tuple[int, str], tuple[int, bytes]] = {}
+        self._unversioned: dict[tuple[int, str], tuple[list[tuple[Any, ...]], bytes]] = {}
+        self._gzip: tuple[bytes, bytes] = (b"", b"")  # (body, its compression): the last one
         self._lock = threading.Lock()
 
     def render(self, encoder: Callable[[Any], bytes], content_type: str) -> bytes:
@@ -54,21 +74,50 @@ class MetricsApp:
         parts: list[bytes] = []
         for i, c in enumerate(self.collectors):
             generation = getattr(c, "generation", None)
+            if generation is None:
+                parts.append(self._unversioned_part(i, c, encoder, content_type))
+                continue
             with self._lock:
                 hit = self._cache.get((i, content_type))
-            if generation is not None and hit is not None and hit[0] == generation:
+            if hit is not None and hit[0] == generation:
                 parts.append(hit[1])
                 continue
-            text = encoder(_One(c))
-            if openmetrics and text.endswith(_EOF):
-                text = text[: -len(_EOF)]
-            if generation is not None:
-                with self._lock:
-                    self._cache[(i, content_type)] = (generation, text)
+            text = self._encode(encoder, _One(c), openmetrics)
+            with self._lock:
+                self._cache[(i, content_type)] = (generation, text)
             parts.append(text)
         if openmetrics:
             parts.append(_EOF)
         return b"".join(parts)
+
+    @staticmethod
+    def _encode(encoder: Callable[[Any], bytes], source: Any, openmetrics: bool) -> bytes:
+        text = encoder(source)
+        return text[: -len(_EOF)] if openmetrics and text.endswith(_EOF) else text
+
+    def _unversioned_part(self, i: int, c: Collector, encoder: Callable[[Any], bytes], content_type: str) -> bytes:
+        """A collector without a generation: collected now, formatted only if its samples changed."""
+        metrics = list(c.collect())
+        key = _samples(metrics)
+        with self._lock:
+            hit = self._unversioned.get((i, content_type))
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        text = self._encode(encoder, _Fixed(metrics), content_type.startswith("application/openmetrics-text"))
+        with self._lock:
+            self._unversioned[(i, content_type)] = (key, text)
+        return text
+
+    def _compress(self, body: bytes) -> bytes:
+        """gzip at level 1; the last body's compression again when the body did not change."""
+        with self._lock:
+            last, packed = self._gzip
+        if body == last:
+            return packed
+        packed = gzip.compress(body, compresslevel=1)
+        with self._lock:
+            self._gzip = (body, packed)
+        return packed
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         method = environ["REQUEST_METHOD"]
@@ -83,7 +132,7 @@ class MetricsApp:
                 output = self.render(encoder, content_type)
             headers = [("Content-Type", content_type)]
             if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
-                output = gzip.compress(output, compresslevel=1)
+                output = self._compress(output)
                 headers.append(("Content-Encoding", "gzip"))
         elif method == "GET":
             headers = []

@@ -436,6 +436,52 @@ def test_metrics_app_serves_what_prometheus_client_renders(tmp_path: Path, regis
     assert _get(app, method="POST")[0].startswith("405")
 
 
+def test_metrics_app_formats_a_collector_without_generation_again_only_when_its_samples_change() -> None:
+    """A collector that does not count its changes is collected at every scrape; its text is reused while its
+    samples are equal and formatted again (never stale) as soon as one differs; an equal body is not
+    compressed again."""
+    import gzip  # noqa: PLC0415
+
+    from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST  # noqa: PLC0415
+
+    from exporters.exposition import MetricsApp  # noqa: PLC0415
+
+    class Gauge:
+        value = 1.0
+
+        def collect(self) -> Any:
+            g = GaugeMetricFamily("demo_value", "A value.", labels=["k"])
+            g.add_metric(["a"], self.value)
+            yield g
+
+    source = Gauge()
+    registry = CollectorRegistry()
+    registry.register(source)
+    app = MetricsApp([source], registry)
+    formatted: list[int] = []
+
+    def encoder(reg: Any) -> bytes:
+        formatted.append(1)
+        return generate_latest(reg)
+
+    first = app.render(encoder, CONTENT_TYPE_LATEST)
+    assert app.render(encoder, CONTENT_TYPE_LATEST) == first == generate_latest(registry)
+    assert len(formatted) == 1  # the second scrape reused the text
+    source.value = 2.0
+    second = app.render(encoder, CONTENT_TYPE_LATEST)
+    assert b'demo_value{k="a"} 2.0' in second
+    assert second == generate_latest(registry)
+    assert len(formatted) == 2
+    _, _, zipped = _get(app, "", "gzip")
+    _, _, again = _get(app, "", "gzip")
+    assert zipped == again
+    assert gzip.decompress(again) == second
+    source.value = 3.0
+    _, _, changed = _get(app, "", "gzip")
+    assert b'demo_value{k="a"} 3.0' in gzip.decompress(changed)
+
+
 def test_metrics_server_keeps_the_connection_between_scrapes(tmp_path: Path, registry: CollectorRegistry) -> None:
     """Scrapes on one HTTP/1.1 connection are answered on it (as Prometheus scrapes); a request with a body,
     which the server does not read, ends the connection instead of being taken for the next request; an
