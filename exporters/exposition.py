@@ -53,8 +53,9 @@ class _Fixed:
 
 
 def _samples(metrics: list[Any]) -> list[tuple[Any, ...]]:
-    """What an encoder's output depends on: compared (not hashed) with the last scrape's."""
-    return [(m.name, m.type, m.documentation, m.unit, m.samples) for m in metrics]
+    """What an encoder's output depends on: compared (not hashed) with the last scrape's; a copy of each
+    sample list, so a collector that updates its metrics in place cannot make the cached text look current."""
+    return [(m.name, m.type, m.documentation, m.unit, tuple(m.samples)) for m in metrics]
 
 
 class MetricsApp:

@@ -481,6 +481,21 @@ def test_metrics_app_formats_a_collector_without_generation_again_only_when_its_
     _, _, changed = _get(app, "", "gzip")
     assert b'demo_value{k="a"} 3.0' in gzip.decompress(changed)
 
+    class InPlace:
+        """Keeps one metric and replaces its sample in place between scrapes."""
+
+        def __init__(self) -> None:
+            self.metric = GaugeMetricFamily("demo_kept", "A kept metric.", value=1.0)
+
+        def collect(self) -> Any:
+            yield self.metric
+
+    kept = InPlace()
+    app = MetricsApp([kept], CollectorRegistry())
+    assert b"demo_kept 1.0" in app.render(generate_latest, CONTENT_TYPE_LATEST)
+    kept.metric.samples[0] = kept.metric.samples[0]._replace(value=5.0)
+    assert b"demo_kept 5.0" in app.render(generate_latest, CONTENT_TYPE_LATEST)
+
 
 def test_metrics_server_keeps_the_connection_between_scrapes(tmp_path: Path, registry: CollectorRegistry) -> None:
     """Scrapes on one HTTP/1.1 connection are answered on it (as Prometheus scrapes); a request with a body,
