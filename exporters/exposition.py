@@ -32,18 +32,8 @@ _EOF = b"# EOF\n"  # OpenMetrics ends the whole body with it, once
 KEEPALIVE_IDLE_S = 120  # a kept connection idle this long is closed (the scraper reconnects at its next scrape)
 
 
-class _One:
-    """One collector as the registry an encoder formats."""
-
-    def __init__(self, collector: Collector) -> None:
-        self.collector = collector
-
-    def collect(self) -> Iterable[Any]:
-        return self.collector.collect()
-
-
 class _Fixed:
-    """Metrics already collected, as the registry an encoder formats."""
+    """Metrics already collected (one collector's), as the registry an encoder formats."""
 
     def __init__(self, metrics: list[Any]) -> None:
         self.metrics = metrics
@@ -83,7 +73,7 @@ class MetricsApp:
             if hit is not None and hit[0] == generation:
                 parts.append(hit[1])
                 continue
-            text = self._encode(encoder, _One(c), openmetrics)
+            text = self._encode(encoder, _Fixed(list(c.collect())), openmetrics)
             with self._lock:
                 self._cache[(i, content_type)] = (generation, text)
             parts.append(text)
