@@ -55,8 +55,8 @@ class MetricsApp:
         """``collectors`` in the registry's order; ``registry`` serves ``?name[]=`` filters (not cached)."""
         self.collectors = list(collectors)
         self.registry = registry
-        self._cache: dict[tuple[int, str], tuple[int, bytes]] = {}
-        self._unversioned: dict[tuple[int, str], tuple[list[tuple[Any, ...]], bytes]] = {}
+        # (collector, format) -> (its generation, or its samples when it has none; the text formatted from them)
+        self._cache: dict[tuple[int, str], tuple[Any, bytes]] = {}
         self._gzip: tuple[bytes, bytes] = (b"", b"")  # (body, its compression): the last one
         self._lock = threading.Lock()
 
@@ -65,39 +65,22 @@ class MetricsApp:
         parts: list[bytes] = []
         for i, c in enumerate(self.collectors):
             generation = getattr(c, "generation", None)
-            if generation is None:
-                parts.append(self._unversioned_part(i, c, encoder, content_type))
-                continue
+            metrics = None if generation is not None else list(c.collect())
+            key = generation if metrics is None else _samples(metrics)
             with self._lock:
                 hit = self._cache.get((i, content_type))
-            if hit is not None and hit[0] == generation:
+            if hit is not None and hit[0] == key:
                 parts.append(hit[1])
                 continue
-            text = self._encode(encoder, _Fixed(list(c.collect())), openmetrics)
+            text = encoder(_Fixed(list(c.collect()) if metrics is None else metrics))
+            if openmetrics and text.endswith(_EOF):
+                text = text[: -len(_EOF)]
             with self._lock:
-                self._cache[(i, content_type)] = (generation, text)
+                self._cache[(i, content_type)] = (key, text)
             parts.append(text)
         if openmetrics:
             parts.append(_EOF)
         return b"".join(parts)
-
-    @staticmethod
-    def _encode(encoder: Callable[[Any], bytes], source: Any, openmetrics: bool) -> bytes:
-        text = encoder(source)
-        return text[: -len(_EOF)] if openmetrics and text.endswith(_EOF) else text
-
-    def _unversioned_part(self, i: int, c: Collector, encoder: Callable[[Any], bytes], content_type: str) -> bytes:
-        """A collector without a generation: collected now, formatted only if its samples changed."""
-        metrics = list(c.collect())
-        key = _samples(metrics)
-        with self._lock:
-            hit = self._unversioned.get((i, content_type))
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        text = self._encode(encoder, _Fixed(metrics), content_type.startswith("application/openmetrics-text"))
-        with self._lock:
-            self._unversioned[(i, content_type)] = (key, text)
-        return text
 
     def _compress(self, body: bytes) -> bytes:
         """gzip at level 1; the last body's compression again when the body did not change."""
