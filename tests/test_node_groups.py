@@ -26,6 +26,7 @@ from responder.policy import PolicySettings
 from responder.replay import replay
 from responder.settings import ClusterSettings, Settings, load_settings
 from tests.conftest import Responder
+from tests.services import wait_until
 from tests.test_cli import run
 from trainguard.lab.payloads import alert, notification
 from trainguard.lab.server import ServerProcess
@@ -126,17 +127,25 @@ def fault(r: Responder, workload: str, *hosts: str) -> dict[str, Any]:
     alerts.append(alert("TrainguardGpuXid", "infra_gpu", host=hosts[0], pattern="xid_79_fallen_off_bus",
                         workload=workload))  # fmt: skip
     assert r.post(notification(alerts)).status_code == 200
-    [decision] = [d for d in r.decide_now() if d["workload"] == workload]
+    r.clock.advance(r.engine.settings.correlation_window_s + 1)  # type: ignore[attr-defined]
+    # The app's own loop may decide it first (it then also carries out the action); what this thread decided
+    # is acted on by the test (decided_here).
+    decided_here = {x.id for x in r.engine.decide_due()}
+    [decision] = [d for d in r.decisions() if d["workload"] == workload]
+    decision["decided_here"] = decision["id"] in decided_here
     return decision
 
 
 def test_the_engine_acts_on_the_canary_and_only_records_elsewhere(make_responder: Callable[..., Responder]) -> None:
     r = grouped(make_responder, CANARY)
     canary = fault(r, "10", "gpu-001", "gpu-002")
-    assert (canary["mode"], canary["outcome"], canary["action"]) == ("act", "pending", "requeue_excluding")
+    assert (canary["mode"], canary["action"]) == ("act", "requeue_excluding")
+    assert canary["outcome"] == "pending" or not canary["decided_here"]  # the loop may have acted already
     assert canary["node_group"]["group"] == "canary"
     assert canary["node_group"]["mode"] == "act"
-    r.engine.act(r.engine.store.record(canary["id"]))  # type: ignore[arg-type]
+    if canary["decided_here"]:
+        r.engine.act(r.engine.store.record(canary["id"]))  # type: ignore[arg-type]
+    wait_until(lambda: r.client.get(f"/v1/decisions/{canary['id']}").json()["outcome"] == "done", 10)
     [request] = r.scheduler.requests
     assert (request.workload, request.exclude_nodes) == ("10", ("gpu-001",))
     other = fault(r, "11", "gpu-003", "gpu-004")
