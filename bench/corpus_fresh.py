@@ -59,6 +59,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("9", ("app9", "fw9", "gpu9", "hang9", "host9", "mix9", "net9"), "101abc1", ("08ac358",)),
     Sample("10", ("cloud10", "cn10", "hpc10", "ops10", "pre10", "rl10", "torch10"), "e4d34e3", ("101abc1",)),
     Sample("11", ("core11", "kube11", "serve11"), "bced046", ("e4d34e3", "101abc1")),
+    Sample("12", ("fab12", "ft12", "host12", "meg12", "nvf12", "oth12", "qa12", "sch12"), "ee24f3d", ("101abc1",)),
 )
 
 
