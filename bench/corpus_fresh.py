@@ -61,6 +61,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("11", ("core11", "kube11", "serve11"), "bced046", ("e4d34e3", "101abc1")),
     Sample("12", ("fab12", "ft12", "host12", "meg12", "nvf12", "oth12", "qa12", "sch12"), "ee24f3d", ("101abc1",)),
     Sample("13", ("ben13", "mdl13", "mlp13", "res13"), "b81ce52", ("ee24f3d",)),
+    Sample("14", ("mix14",), "78dd6c9", ("ee24f3d",)),
 )
 
 
