@@ -35,11 +35,12 @@ SYMPATHETIC_PATTERNS = frozenset(
      "sigkill"}
 )  # fmt: skip
 # Catalog rows that say a rank failed but not why (the catch-all exception row, a launcher's failure
-# summary, a task's exit code, an abort): every rank of a job prints them when one peer dies, so they are
-# symptoms too. They make detection broad without turning a node's fault into "the application's error".
+# summary, a task's exit code, an abort, a kernel OOM report's lines that do not say whose memory ran out):
+# every rank of a job prints them when one peer dies, so they are symptoms too. They make detection broad
+# without turning a node's fault into "the application's error".
 GENERIC_PATTERNS = frozenset(
     {"python_exception", "cpp_exception_abort", "torch_elastic_child_failed", "srun_task_failed", "sigabrt",
-     "k8s_crash_loop", "sigterm", "error_record"}
+     "k8s_crash_loop", "sigterm", "error_record", "kernel_oom_report"}
 )  # fmt: skip
 IMPLICATE_AT = 1.0  # score a host needs before it is blamed
 CRASH_WEIGHT = 0.5  # a crash adds to other evidence on its host but never blames it alone

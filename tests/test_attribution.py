@@ -115,3 +115,52 @@ def test_a_catch_all_exception_alone_blames_nobody_and_is_no_app_verdict() -> No
     verdict = attribute([_a("app_error", "h1", "1", "python_exception")])
     assert verdict.failure_class == "unknown"
     assert verdict.implicated == ()
+
+
+# The kernel's OOM report, as printed (from corpus cases fa-006 and o3-021, trimmed): the header and the
+# reaper's line do not say whether the node or a memory cgroup ran out; the kill line and its constraint do.
+GLOBAL_OOM = (
+    "[2059991.491400] python3 invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0\n"
+    "[2059991.491436] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,"
+    "task_memcg=/user.slice,task=python3,pid=25315,uid=0\n"
+    "[2059991.491542] Out of memory: Killed process 25315 (python3) total-vm:53312244kB, anon-rss:31451456kB\n"
+    "[2059992.056260] oom_reaper: reaped process 25315 (python3), now anon-rss:0kB, file-rss:74732kB\n"
+)
+CGROUP_OOM = (
+    "[2612362.231458] python invoked oom-killer: gfp_mask=0x14000c0(GFP_KERNEL), nodemask=(null), order=0\n"
+    "[2612362.231487]  mem_cgroup_out_of_memory+0x4b/0x80\n"
+    "[2612362.231600] Memory cgroup out of memory: Killed process 208253 (python) total-vm:14119556kB\n"
+    "[2612362.240000] oom_reaper: reaped process 208253 (python), now anon-rss:0kB, file-rss:0kB\n"
+)
+
+
+def _kernel_alerts(report: str, host: str) -> list[StoredAlert]:
+    """What the exporter raises for a node's kernel log: one alert per finding, by the real catalog."""
+    from exporters.patterns import load_catalog  # noqa: PLC0415 - the exporter's catalog, only here
+    from exporters.scanner import Matcher  # noqa: PLC0415
+
+    found = Matcher(load_catalog()).matches(report.encode())
+    assert found, report
+    return [_a(f.pattern.category, host, None, f.pattern.id) for f in found if f.pattern is not None]
+
+
+def test_the_kernel_killing_for_the_whole_node_blames_the_node() -> None:
+    alerts = [*_kernel_alerts(GLOBAL_OOM, "h2"), _a("app_error", "h1", "1", "python_exception")]
+    assert {a.labels["pattern"] for a in alerts} >= {"host_oom_killer", "kernel_oom_report"}
+    verdict = attribute(alerts)
+    assert verdict.failure_class == "infra"
+    assert verdict.implicated == ("h2",)
+
+
+def test_the_kernel_killing_at_a_cgroup_limit_is_the_job_and_blames_no_node() -> None:
+    alerts = _kernel_alerts(CGROUP_OOM, "h2")
+    assert {a.labels["pattern"] for a in alerts} == {"kernel_cgroup_oom", "kernel_oom_report"}
+    verdict = attribute(alerts)
+    assert verdict.failure_class == "app"
+    assert verdict.implicated == ()
+
+
+def test_an_oom_report_line_alone_is_a_symptom() -> None:
+    verdict = attribute(_kernel_alerts("[1.0] python invoked oom-killer: gfp_mask=0x0, order=0\n", "h2"))
+    assert verdict.failure_class == "unknown"
+    assert verdict.implicated == ()
