@@ -164,3 +164,19 @@ def test_an_oom_report_line_alone_is_a_symptom() -> None:
     verdict = attribute(_kernel_alerts("[1.0] python invoked oom-killer: gfp_mask=0x0, order=0\n", "h2"))
     assert verdict.failure_class == "unknown"
     assert verdict.implicated == ()
+
+
+def test_every_symptom_pattern_the_responder_names_is_a_catalog_row() -> None:
+    """The sets are matched by name: a misspelt or renamed row would silently turn a symptom into evidence."""
+    from exporters.patterns import load_catalog  # noqa: PLC0415 - the exporter's catalog, only here
+    from responder.attribution import GENERIC_PATTERNS, SYMPATHETIC_PATTERNS  # noqa: PLC0415
+
+    rows = {p.id for p in load_catalog()}
+    assert (SYMPATHETIC_PATTERNS | GENERIC_PATTERNS) - rows == set()
+
+
+def test_workers_that_lost_the_ray_head_do_not_blame_their_own_hosts() -> None:
+    alerts = [_a("infra_node", f"h{i}", str(i), "ray_gcs_unreachable") for i in range(1, 4)]
+    verdict = attribute(alerts)
+    assert verdict.implicated == ()
+    assert any("sympathetic" in line for line in verdict.explanation)
