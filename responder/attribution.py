@@ -28,12 +28,13 @@ HARD_INFRA = frozenset({"infra_gpu", "infra_node", "node_lost"})
 SOFT_INFRA = frozenset({"infra_network", "straggler", "hang"})
 SYMPTOMS = frozenset({"collective_timeout", "crash"})
 # Log patterns that a rank prints when a *peer* fails (the catalog's descriptions say "sympathetic"):
-# a dead rank makes every survivor report a broken socket or a remote error, a dead Ray head makes every
+# a dead rank makes every survivor report a broken socket, a remote error or NCCL's "unhandled system error"
+# (a failed socket call; the threads found the printing node at fault once in 14), a dead Ray head makes every
 # worker lose its GCS. They are symptoms, like collective timeouts, and never implicate the host that printed
 # them.
 SYMPATHETIC_PATTERNS = frozenset(
     {"nccl_remote_error", "nccl_socket_error", "gloo_connection_lost", "rendezvous_error", "sigkill",
-     "ray_gcs_unreachable"}
+     "ray_gcs_unreachable", "nccl_system_error", "nccl_trace_system"}
 )  # fmt: skip
 # Catalog rows that say a rank failed but not why (the catch-all exception row, a launcher's failure
 # summary, a task's exit code, an abort, a kernel OOM report's lines that do not say whose memory ran out):

@@ -180,3 +180,24 @@ def test_workers_that_lost_the_ray_head_do_not_blame_their_own_hosts() -> None:
     verdict = attribute(alerts)
     assert verdict.implicated == ()
     assert any("sympathetic" in line for line in verdict.explanation)
+
+
+def test_survivors_unhandled_system_errors_do_not_join_the_node_whose_gpu_fell_off() -> None:
+    """When h3's GPU falls off the bus, the ranks on h0-h2 lose their sockets to it and NCCL reports
+    ``unhandled system error``: only h3 is at fault (before, all four hosts were excluded)."""
+    from exporters.patterns import load_catalog  # noqa: PLC0415 - the exporter's catalog, only here
+    from exporters.scanner import Matcher  # noqa: PLC0415
+
+    survivor = (
+        "RuntimeError: NCCL Error 2: unhandled system error\n"
+        "gpu-017:1234:1239 [0] NCCL INFO transport/net.cc:870 -> 2\n"
+    )
+    matcher = Matcher(load_catalog())
+    alerts = [_a("infra_gpu", "h3", "3", "xid_79_fallen_off_bus")]
+    for i in range(3):
+        found = [f.pattern for f in matcher.matches(survivor.encode()) if f.pattern is not None]
+        assert {p.id for p in found} == {"nccl_system_error", "nccl_trace_system"}
+        alerts += [_a(p.category, f"h{i}", str(i), p.id) for p in found]
+    verdict = attribute(alerts)
+    assert verdict.failure_class == "infra"
+    assert verdict.implicated == ("h3",)
