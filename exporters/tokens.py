@@ -2,8 +2,9 @@
 
 Rank: ``[rankN]:`` prefix, ``[Rank N]`` / ``[PG ... Rank N]`` in c10d text, torchelastic's
 ``rank : N (local_rank: M)``, an ``srun --label`` prefix ``N: `` when nothing better is there. Host: NCCL's
-``host:pid:tid [gpu]`` prefix, UCX's ``[time] [host:pid:tid]``, torchelastic's ``host : NAME``. PCI: the
-kernel's ``PCI:0000:3b:00`` and the full ``0000:3b:00.0``. GPU: NCCL's ``[N]`` (the local device index).
+``host:pid:tid [gpu]`` prefix, UCX's ``[time] [host:pid:tid]``, torchelastic's ``host : NAME``, srun's
+``Node failure on NAME``. PCI: the kernel's ``PCI:0000:3b:00`` and the full ``0000:3b:00.0``. GPU: NCCL's
+``[N]`` (the local device index).
 Every value is validated (``trainguard.identity``); an invalid token is ignored.
 """
 
@@ -26,6 +27,8 @@ _NCCL_PREFIX: Final = re.compile(_LABEL_PREFIX + r"(?:\[rank\d+\]:\s?)?" + _HOST
 _HOST_RES: Final = (
     re.compile(_LABEL_PREFIX + r"\s*host\s*:\s*" + _HOST + r"\s*$"),
     re.compile(r"^(?:\S+ )?\[\d+\.\d+\] \[" + _HOST + r":\d+:\d+\]"),  # UCX
+    # srun names the node that failed, not the one whose log prints it (the batch host)
+    re.compile(r"\b[Nn]ode failure on ([A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)"),
 )
 _PCI: Final = re.compile(
     r"(?:\bPCI:|\b(?=[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b))"

@@ -149,6 +149,8 @@ def test_unknown_xid_is_xid_other() -> None:
         ("3: gpu-017:12345:12390 [3] NCCL WARN x", "3", "gpu-017"),
         ("12:34:56 INFO nothing here", None, None),
         ("bad_host!:1:2 [0] NCCL WARN", None, None),
+        ("srun: error: Node failure on gpu-017", None, "gpu-017"),
+        ("srun: error: Node failure on gpu-017.", None, "gpu-017"),
     ],
 )
 def test_rank_and_host_tokens(line: str, rank: str | None, host: str | None) -> None:
