@@ -37,9 +37,9 @@ SYMPATHETIC_PATTERNS = frozenset(
      "ray_gcs_unreachable", "nccl_system_error", "nccl_trace_system"}
 )  # fmt: skip
 # Catalog rows that say a rank failed but not why (the catch-all exception row, a launcher's failure
-# summary, a task's exit code, an abort, a kernel OOM report's lines that do not say whose memory ran out):
-# every rank of a job prints them when one peer dies, so they are symptoms too. They make detection broad
-# without turning a node's fault into "the application's error".
+# summary, a task's exit code, an abort): every rank of a job prints them when one peer dies, so they are
+# symptoms too; so are the kernel OOM report's lines that do not say whether the node or a cgroup ran out.
+# They make detection broad without turning a node's fault into "the application's error".
 GENERIC_PATTERNS = frozenset(
     {"python_exception", "cpp_exception_abort", "torch_elastic_child_failed", "srun_task_failed", "sigabrt",
      "k8s_crash_loop", "sigterm", "error_record", "kernel_oom_report"}

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from responder.attribution import Context, RankProgress, attribute
+from functools import cache
+
+from exporters.patterns import load_catalog
+from exporters.scanner import Matcher
+from responder.attribution import GENERIC_PATTERNS, SYMPATHETIC_PATTERNS, Context, RankProgress, attribute
 from responder.model import StoredAlert
 
 
@@ -134,14 +138,22 @@ CGROUP_OOM = (
 )
 
 
-def _kernel_alerts(report: str, host: str) -> list[StoredAlert]:
-    """What the exporter raises for a node's kernel log: one alert per finding, by the real catalog."""
-    from exporters.patterns import load_catalog  # noqa: PLC0415 - the exporter's catalog, only here
-    from exporters.scanner import Matcher  # noqa: PLC0415
+@cache
+def _matcher() -> Matcher:
+    """The exporter's real catalog, compiled once for the tests that go from log lines to a verdict."""
+    return Matcher(load_catalog())
 
-    found = Matcher(load_catalog()).matches(report.encode())
-    assert found, report
-    return [_a(f.pattern.category, host, None, f.pattern.id) for f in found if f.pattern is not None]
+
+def _catalog_alerts(text: str, host: str, rank: str | None = None) -> list[StoredAlert]:
+    """What the exporter raises for these lines: one alert per finding, by the real catalog."""
+    found = [f.pattern for f in _matcher().matches(text.encode()) if f.pattern is not None]
+    assert found, text
+    return [_a(p.category, host, rank, p.id) for p in found]
+
+
+def _kernel_alerts(report: str, host: str) -> list[StoredAlert]:
+    """A node's kernel log: node-level alerts, no rank."""
+    return _catalog_alerts(report, host)
 
 
 def test_the_kernel_killing_for_the_whole_node_blames_the_node() -> None:
@@ -168,10 +180,7 @@ def test_an_oom_report_line_alone_is_a_symptom() -> None:
 
 def test_every_symptom_pattern_the_responder_names_is_a_catalog_row() -> None:
     """The sets are matched by name: a misspelt or renamed row would silently turn a symptom into evidence."""
-    from exporters.patterns import load_catalog  # noqa: PLC0415 - the exporter's catalog, only here
-    from responder.attribution import GENERIC_PATTERNS, SYMPATHETIC_PATTERNS  # noqa: PLC0415
-
-    rows = {p.id for p in load_catalog()}
+    rows = {p.id for p in _matcher().patterns}
     assert (SYMPATHETIC_PATTERNS | GENERIC_PATTERNS) - rows == set()
 
 
@@ -185,19 +194,15 @@ def test_workers_that_lost_the_ray_head_do_not_blame_their_own_hosts() -> None:
 def test_survivors_unhandled_system_errors_do_not_join_the_node_whose_gpu_fell_off() -> None:
     """When h3's GPU falls off the bus, the ranks on h0-h2 lose their sockets to it and NCCL reports
     ``unhandled system error``: only h3 is at fault (before, all four hosts were excluded)."""
-    from exporters.patterns import load_catalog  # noqa: PLC0415 - the exporter's catalog, only here
-    from exporters.scanner import Matcher  # noqa: PLC0415
-
     survivor = (
         "RuntimeError: NCCL Error 2: unhandled system error\n"
         "gpu-017:1234:1239 [0] NCCL INFO transport/net.cc:870 -> 2\n"
     )
-    matcher = Matcher(load_catalog())
     alerts = [_a("infra_gpu", "h3", "3", "xid_79_fallen_off_bus")]
     for i in range(3):
-        found = [f.pattern for f in matcher.matches(survivor.encode()) if f.pattern is not None]
-        assert {p.id for p in found} == {"nccl_system_error", "nccl_trace_system"}
-        alerts += [_a(p.category, f"h{i}", str(i), p.id) for p in found]
+        found = _catalog_alerts(survivor, f"h{i}", str(i))
+        assert {a.labels["pattern"] for a in found} == {"nccl_system_error", "nccl_trace_system"}
+        alerts += found
     verdict = attribute(alerts)
     assert verdict.failure_class == "infra"
     assert verdict.implicated == ("h3",)
