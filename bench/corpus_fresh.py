@@ -62,6 +62,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("12", ("fab12", "ft12", "host12", "meg12", "nvf12", "oth12", "qa12", "sch12"), "ee24f3d", ("101abc1",)),
     Sample("13", ("ben13", "mdl13", "mlp13", "res13"), "b81ce52", ("ee24f3d",)),
     Sample("14", ("mix14",), "78dd6c9", ("ee24f3d",)),
+    Sample("15", ("ben15", "cld15", "drv15", "hpc15", "jax15", "kop15", "srv15", "trn15"), "5a0bf19", ("ee24f3d",)),
 )
 
 

@@ -71,7 +71,9 @@ def test_every_line_has_the_documented_fields() -> None:
 # pretraining stacks, NVIDIA's container and GPU tooling, other stacks, Q&A, schedulers) scored 0.68 / 0.51
 # with false alarms 0.10, and all three followed it down a step; a thirteenth of 130 (files *13.jsonl, 72 here;
 # model repositories, managed ML platforms, research code, half-benign threads) scored 0.77 / 0.63 / 0.12, and a
-# fourteenth of 28 (mix14.jsonl, the search budget's last) 0.87 / 0.70 / 0.
+# fourteenth of 28 (mix14.jsonl, the search budget's last) 0.87 / 0.70 / 0. A fifteenth of 284 (files *15.jsonl,
+# 144 here; Kubernetes GPU stack, serving, JAX and other non-PyTorch stacks, HPC centres, clouds, drivers,
+# harmless lines, training frameworks) scored 0.69 / 0.55 / 0.07 and left them there.
 REGRESSION_FLOORS = {"recall": 0.73, "category_accuracy": 0.57}
 BENIGN_FALSE_ALARMS_CEILING = 0.09
 
