@@ -63,6 +63,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("13", ("ben13", "mdl13", "mlp13", "res13"), "b81ce52", ("ee24f3d",)),
     Sample("14", ("mix14",), "78dd6c9", ("ee24f3d",)),
     Sample("15", ("ben15", "cld15", "drv15", "hpc15", "jax15", "kop15", "srv15", "trn15"), "5a0bf19", ("ee24f3d",)),
+    Sample("16", ("frm16", "intl16", "new16"), "a8a4a92", ("5a0bf19",)),
 )
 
 
