@@ -65,6 +65,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("15", ("ben15", "cld15", "drv15", "hpc15", "jax15", "kop15", "srv15", "trn15"), "5a0bf19", ("ee24f3d",)),
     Sample("16", ("frm16", "intl16", "new16"), "a8a4a92", ("5a0bf19",)),
     Sample("17", ("mix17",), "469dd99", ("5a0bf19",)),
+    Sample("18", ("app18", "coll18", "frm18", "gpu18", "mix18", "net18", "node18"), "a070ea9", ("5a0bf19",)),
 )
 
 
