@@ -78,6 +78,8 @@ def test_every_line_has_the_documented_fields() -> None:
 # (mix17.jsonl, the budget's last) at 0.80 / 0.14 / 0.5. An eighteenth of 233 (files *18.jsonl, 117 here; GPU,
 # fabric, host, hang and application threads from less-mined repositories, forums, other accelerators) scored
 # 0.79 / 0.52 / 0.15: its harmless lines raised the false alarms here to 0.093, and their ceiling went up a step.
+# A nineteenth of 80 (files *19.jsonl, 39 here; committed logs, threads in Chinese, operators' node logs) scored
+# 0.78 / 0.62 / 0.05 and left them there.
 REGRESSION_FLOORS = {"recall": 0.73, "category_accuracy": 0.57}
 BENIGN_FALSE_ALARMS_CEILING = 0.10
 
