@@ -79,7 +79,8 @@ def test_every_line_has_the_documented_fields() -> None:
 # fabric, host, hang and application threads from less-mined repositories, forums, other accelerators) scored
 # 0.79 / 0.52 / 0.15: its harmless lines raised the false alarms here to 0.093, and their ceiling went up a step.
 # A nineteenth of 80 (files *19.jsonl, 39 here; committed logs, threads in Chinese, operators' node logs) scored
-# 0.78 / 0.62 / 0.05 and left them there.
+# 0.78 / 0.62 / 0.05 and left them there, as did a twentieth of 15 (docs20.jsonl, the budget's last) at
+# 0.73 / 0.40 / 0.
 REGRESSION_FLOORS = {"recall": 0.73, "category_accuracy": 0.57}
 BENIGN_FALSE_ALARMS_CEILING = 0.10
 
