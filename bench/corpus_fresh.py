@@ -69,6 +69,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("19", ("intl19", "logs19", "ops19"), "32d8b6a", ("a070ea9", "63fdc27")),
     Sample("20", ("docs20",), "12b42e4", ("a070ea9",)),
     Sample("21", ("acc21", "app21", "gpu21", "hang21", "net21", "node21"), "d2c925b", ("a070ea9",)),
+    Sample("22", ("log22", "mpi22", "ops22", "xla22"), "8a9d0bc", ("d2c925b",)),
 )
 
 

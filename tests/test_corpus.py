@@ -82,7 +82,8 @@ def test_every_line_has_the_documented_fields() -> None:
 # 0.78 / 0.62 / 0.05 and left them there, as did a twentieth of 15 (docs20.jsonl, the budget's last) at
 # 0.73 / 0.40 / 0. A twenty-first of 275 (files *21.jsonl, 139 here; other accelerators, fabric mailing lists,
 # committed logs of healthy runs, hosts and schedulers, less-mined trainers, GPUs of three vendors) scored
-# 0.65 / 0.53 / 0.08 and left them there.
+# 0.65 / 0.53 / 0.08 and left them there, as did a twenty-second of 66 (files *22.jsonl, 37 here; MPI mailing lists
+# and trackers, Kubernetes and cloud operators, JAX/XLA/TPU, committed logs) at 0.54 / 0.38 / 0.
 REGRESSION_FLOORS = {"recall": 0.73, "category_accuracy": 0.57}
 BENIGN_FALSE_ALARMS_CEILING = 0.10
 
