@@ -70,6 +70,7 @@ SAMPLES: tuple[Sample, ...] = (
     Sample("20", ("docs20",), "12b42e4", ("a070ea9",)),
     Sample("21", ("acc21", "app21", "gpu21", "hang21", "net21", "node21"), "d2c925b", ("a070ea9",)),
     Sample("22", ("log22", "mpi22", "ops22", "xla22"), "8a9d0bc", ("d2c925b",)),
+    Sample("23", ("doc23", "forum23"), "2f7fe2c", ("d2c925b",)),
 )
 
 
