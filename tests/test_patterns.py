@@ -24,6 +24,7 @@ from exporters.patterns import (
     parse_catalog,
 )
 from exporters.patterns_cli import scan_stream
+from tests.services import require_binary
 from trainguard.cli import main
 
 DATA = Path(__file__).parent / "data" / "exporter"
@@ -69,6 +70,18 @@ def test_benign_lines_match_nothing() -> None:
     assert MATCHER.matches(data) == []
     for line in data.decode().splitlines():
         assert MATCHER.match_line(line) is None, line
+
+
+def test_every_row_compiles_in_ripgrep(tmp_path: Path) -> None:
+    """The dialect (docs/patterns.md) is what Python re, Hyperscan and Rust regex share, and bench/scan.py
+    runs ripgrep with the catalog's own expressions: a row that only Python and Hyperscan accept (an escaped
+    quote, say) would silently drop ripgrep from the benchmark. Debian's ripgrep, a real binary."""
+    rg = require_binary("rg")
+    log = tmp_path / "log"
+    log.write_text(XID + "a line no row names\n", encoding="utf-8")
+    for pattern in CATALOG:
+        out = subprocess.run([rg, "-c", "-e", pattern.source, str(log)], capture_output=True, text=True, check=False)
+        assert out.returncode in (0, 1), f"{pattern.id}: ripgrep refuses its regex: {out.stderr.strip()[-300:]}"
 
 
 def test_catalog_shape() -> None:

@@ -32,6 +32,7 @@ PACKAGES = {
     "victoria-metrics": "victoria-metrics",
     "vmalert": "victoria-metrics",
     "pg_ctl": "postgresql",
+    "rg": "ripgrep",
     "initdb": "postgresql",
 }
 
