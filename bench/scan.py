@@ -159,7 +159,9 @@ def _ripgrep(rg: str, path: Path, pattern_file: str) -> tuple[float, float, int]
     )
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    return cpu, time.perf_counter() - t0, int(out.stdout.strip() or -1)
+    if out.returncode not in (0, 1):  # 1: no line matched; anything else is an error, not a measurement
+        raise RuntimeError(f"ripgrep failed (exit {out.returncode}): {out.stderr.strip()[-500:]}")
+    return cpu, time.perf_counter() - t0, int(out.stdout.strip() or 0)
 
 
 def bench_scan(path: Path, rounds: int) -> dict[str, Any]:
@@ -287,11 +289,15 @@ def bench_cpu(workdir: Path, seconds: float, rate: int = 100_000, keep_connectio
     exp = ExporterProcess(home)
     client = httpx.Client(timeout=5) if keep_connection else None
 
+    scrape_s: list[float] = []
+
     def scrape() -> None:
+        t = time.perf_counter()
         if client is None:
             _scrape(exp.port)
         else:
             client.get(f"http://127.0.0.1:{exp.port}/metrics")
+        scrape_s.append(time.perf_counter() - t)
 
     try:
         log = home / "logs" / "train.log"
@@ -327,6 +333,8 @@ def bench_cpu(workdir: Path, seconds: float, rate: int = 100_000, keep_connectio
         "percent_of_one_core": round(100 * cpu / wall, 2),
         "scrape_interval_s": 1,
         "poll_interval_s": 1,
+        "scrape_wall_ms_median": round(1000 * sorted(scrape_s)[len(scrape_s) // 2], 1) if scrape_s else None,
+        "scrape_wall_ms_max": round(1000 * max(scrape_s), 1) if scrape_s else None,
         "target_percent": 0.5,
     }
 
