@@ -161,7 +161,9 @@ def test_a_group_in_approve_mode_waits(make_responder: Callable[..., Responder])
     r = grouped(make_responder, {**CANARY, "mode": "approve"}, mode="act")
     decision = fault(r, "20", "gpu-001")
     assert (decision["mode"], decision["outcome"]) == ("approve", "awaiting_approval")
-    assert fault(r, "21", "gpu-007")["outcome"] == "pending"  # the rest of the cluster acts
+    rest = fault(r, "21", "gpu-007")  # the rest of the cluster acts
+    assert rest["mode"] == "act"
+    assert rest["outcome"] == "pending" or not rest["decided_here"]  # the app's loop may have acted already
 
 
 def test_api_shows_and_sets_a_group_mode(make_responder: Callable[..., Responder]) -> None:
