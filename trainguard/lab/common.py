@@ -32,8 +32,8 @@ PACKAGES = {
     "victoria-metrics": "victoria-metrics",
     "vmalert": "victoria-metrics",
     "pg_ctl": "postgresql",
-    "rg": "ripgrep",
     "initdb": "postgresql",
+    "rg": "ripgrep",
 }
 
 
